@@ -91,3 +91,13 @@ def load_plan(path: str | os.PathLike) -> Plan:
     except json.JSONDecodeError as e:
         raise PlanError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
     return plan_from_json(data, str(path))
+
+
+def make_plan(spec: Spec, schedule: Schedule, info: SearchInfo | None = None, *, blocking: bool = False) -> Plan:
+    """Validate `schedule`, lower it to per-device programs and bundle everything as a Plan."""
+    from .lower import lower
+    from .validate import validate
+
+    validate(spec, schedule)
+    programs = lower(spec, schedule, blocking=blocking)
+    return Plan(spec, schedule, programs, info or SearchInfo(), schedule.peak_memory(spec))

@@ -97,18 +97,20 @@ class Schedule:
             peak[d] = max(peak[d], cur[d])
         return tuple(peak)
 
-    def grid(self, spec: Spec, mark: tuple[int, int] | None = None) -> str:
+    def grid(self, spec: Spec, mark: tuple[int, int] | None = None, window: tuple[int, int] | None = None) -> str:
         """Text grid, one row per device, one column per time unit; `mark=(device, time)` adds an
-        ``<-- ERROR HERE`` pointer so validator messages show the whole picture."""
+        ``<-- ERROR HERE`` pointer so validator messages show the whole picture. `window=(t0, t1)`
+        limits the columns so long schedules stay readable."""
         span = self.makespan(spec)
-        cells = [["." for _ in range(span)] for _ in range(spec.devices)]
+        t0, t1 = (max(0, window[0]), min(span, window[1])) if window else (0, span)
+        cells = [["." for _ in range(t1 - t0)] for _ in range(spec.devices)]
         for s in self.slots:
             label = f"{s.block}:{s.mb}"
             for d in s.devices(spec):
-                for t in range(s.start, s.end(spec)):
-                    cells[d][t] = label if t == s.start else "~"
+                for t in range(max(s.start, t0), min(s.end(spec), t1)):
+                    cells[d][t - t0] = label if t == s.start else "~"
         width = max((len(c) for row in cells for c in row), default=1)
-        lines = []
+        lines = [f"t={t0}..{t1}"] if window else []
         for d, row in enumerate(cells):
             line = f"dev{d} | " + " ".join(c.ljust(width) for c in row)
             if mark and mark[0] == d:
