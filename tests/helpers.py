@@ -1,0 +1,32 @@
+"""Small Python-built specs for tests that must not depend on the parser."""
+from __future__ import annotations
+
+from tessel_dsl.compact import compact
+from tessel_dsl.ir import Block, Edge, Kind, Spec
+from tessel_dsl.schedule import Schedule
+
+
+def vshape(devices: int = 3, memory: int = 3, fwd: int = 1, bwd: int = 2, microbatches: int = 4) -> Spec:
+    """A chain F0..F{D-1} -> B{D-1}..B0 with F_i, B_i on device i."""
+    blocks = [Block(f"F{i}", Kind.FORWARD, (i,), fwd, 1) for i in range(devices)]
+    blocks += [Block(f"B{i}", Kind.BACKWARD, (i,), bwd, -1, forward=f"F{i}") for i in range(devices)]
+    edges = [Edge(f"F{i}", f"F{i + 1}") for i in range(devices - 1)]
+    edges += [Edge(f"F{devices - 1}", f"B{devices - 1}")]
+    edges += [Edge(f"B{i + 1}", f"B{i}") for i in range(devices - 1)]
+    return Spec("vshape", devices, memory, tuple(blocks), tuple(edges), microbatches)
+
+
+def one_f_one_b(spec: Spec, n: int) -> Schedule:
+    """The textbook 1F1B order on a `vshape` spec, compacted."""
+    orders = []
+    for d in range(spec.devices):
+        seq, f, b = [], 0, 0
+        for _ in range(min(spec.devices - 1 - d, n)):
+            seq.append((f"F{d}", f))
+            f += 1
+        while f < n:
+            seq += [(f"F{d}", f), (f"B{d}", b)]
+            f, b = f + 1, b + 1
+        seq += [(f"B{d}", k) for k in range(b, n)]
+        orders.append(seq)
+    return Schedule(n, compact(spec, orders=orders), name="1f1b")

@@ -1,0 +1,80 @@
+"""The validator accepts good schedules and names device, step and block for broken ones."""
+from __future__ import annotations
+
+import pytest
+
+from tessel_dsl.compact import compact
+from tessel_dsl.errors import ScheduleError
+from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.validate import validate
+from tests.helpers import one_f_one_b, vshape
+
+
+def _moved(schedule: Schedule, block: str, mb: int, start: int) -> Schedule:
+    slots = tuple(Slot(start, s.block, s.mb) if (s.block, s.mb) == (block, mb) else s for s in schedule.slots)
+    return Schedule(schedule.microbatches, tuple(sorted(slots)), name="broken")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_one_f_one_b_is_valid_and_optimal(n):
+    spec = vshape(devices=3, memory=3)
+    sched = one_f_one_b(spec, n)
+    validate(spec, sched)
+    assert sched.makespan(spec) == (n + spec.devices - 1) * 3
+
+
+def test_overlap_names_device_step_and_block():
+    spec = vshape()
+    sched = one_f_one_b(spec, 4)
+    # F0:3 runs at t=9 on device 0 in this 1F1B; pull it onto B0:0's slot.
+    b00 = next(s for s in sched.slots if (s.block, s.mb) == ("B0", 0))
+    broken = _moved(sched, "F0", 3, b00.start)
+    with pytest.raises(ScheduleError) as e:
+        validate(spec, broken)
+    msg = str(e.value)
+    assert f"device 0 runs two blocks at once at t={b00.start}" in msg
+    assert "F0:3" in msg and "B0:0" in msg
+    assert "<-- ERROR HERE" in msg
+
+
+def test_dependency_names_consumer_and_producer():
+    spec = vshape()
+    sched = one_f_one_b(spec, 2)
+    broken = _moved(sched, "F1", 0, 0)
+    with pytest.raises(ScheduleError, match=r"F1:0 starts at t=0 on device 1 but F0:0 only ends at t=1"):
+        validate(spec, broken)
+
+
+def test_memory_overflow_names_device_and_block():
+    spec = vshape(devices=2, memory=1)
+    # GPipe order: all forwards first, needs 2 units on device 0 for 2 micro-batches.
+    orders = [[("F0", 0), ("F0", 1), ("B0", 0), ("B0", 1)], [("F1", 0), ("F1", 1), ("B1", 0), ("B1", 1)]]
+    sched = Schedule(2, compact(spec, orders=orders), name="gpipe")
+    with pytest.raises(ScheduleError, match=r"memory overflow on device 0 at t=1: F0:1 brings it to 2 > M=1"):
+        validate(spec, sched)
+    validate(spec, sched, check_memory=False)
+
+
+def test_missing_and_duplicate_blocks():
+    spec = vshape(devices=2, memory=2)
+    sched = one_f_one_b(spec, 2)
+    missing = Schedule(2, tuple(s for s in sched.slots if (s.block, s.mb) != ("B1", 1)))
+    with pytest.raises(ScheduleError, match="B1:1 is never scheduled"):
+        validate(spec, missing)
+    dup = Schedule(2, sched.slots + (Slot(100, "F0", 0),))
+    with pytest.raises(ScheduleError, match="F0:0 is scheduled 2 times"):
+        validate(spec, dup)
+
+
+def test_compact_rejects_orders_that_contradict_dependencies():
+    spec = vshape(devices=2, memory=2)
+    orders = [[("B0", 0), ("F0", 0)], [("F1", 0), ("B1", 0)]]
+    with pytest.raises(ScheduleError, match="contradict the dependencies"):
+        compact(spec, orders=orders)
+
+
+def test_compact_closes_gaps_and_keeps_order():
+    spec = vshape(devices=2, memory=2)
+    loose = one_f_one_b(spec, 3)
+    spread = tuple(Slot(s.start * 3 + 7, s.block, s.mb) for s in loose.slots)
+    assert compact(spec, spread) == loose.slots
