@@ -1,0 +1,112 @@
+"""The solver-neutral scheduling problem every backend answers.
+
+A `Problem` is a set of tasks (duration, devices, memory delta), precedences with an optional lag,
+a memory capacity per device with an initial level, and a few optional structural constraints used
+by the Tessel search (a per-device window for repetends, tasks pinned relative to a shared anchor).
+Backends (`z3`, `cpsat`) turn it into their own model; nothing outside `tessel_dsl.solvers` sees
+solver objects.
+
+Semantics shared by all backends:
+
+- a task occupies all its devices during ``[start, start + duration)``; a device runs one task at a
+  time;
+- ``Precedence(before, after, lag)`` means ``start[after] >= start[before] + duration[before] + lag``
+  (a negative lag lets the successor start earlier, which the cyclic repetend needs);
+- a task's memory delta counts from its start; on each device the running sum, starting from
+  ``initial_memory[d]`` and taken in start order, never exceeds ``capacity``;
+- with ``span_limit`` set, the tasks of each device lie inside one window of that length;
+- a task with ``fixed`` set starts exactly at ``fixed`` (objective ``makespan``/``feasible``) or at
+  ``anchor + fixed`` (objective ``anchor``, which minimises the anchor).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Hashable
+
+
+class Objective(str, Enum):
+    """What a solve optimises."""
+
+    MAKESPAN = "makespan"  # minimise the latest end of any task
+    FEASIBLE = "feasible"  # any solution will do
+    ANCHOR = "anchor"      # minimise the anchor that `fixed` tasks are pinned to
+
+
+@dataclass(frozen=True)
+class Task:
+    """One block instance to place: `key` identifies it to the caller (e.g. ``(block, mb)``)."""
+
+    key: Hashable
+    duration: int
+    devices: tuple[int, ...]
+    memory: int = 0
+    release: int = 0
+    fixed: int | None = None
+
+
+@dataclass(frozen=True)
+class Precedence:
+    """``start[after] >= start[before] + duration[before] + lag`` (indices into `Problem.tasks`)."""
+
+    before: int
+    after: int
+    lag: int = 0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A scheduling problem: tasks, precedences, per-device memory and optional windows."""
+
+    tasks: tuple[Task, ...]
+    precedences: tuple[Precedence, ...] = ()
+    devices: int = 1
+    capacity: int | None = None
+    initial_memory: tuple[int, ...] = ()
+    span_limit: int | None = None
+    horizon: int | None = None
+    # Optional start-time hints (same order as tasks); backends may use them as a warm start.
+    hints: tuple[int, ...] | None = field(default=None, compare=False)
+
+    def init_mem(self, d: int) -> int:
+        return self.initial_memory[d] if d < len(self.initial_memory) else 0
+
+    def on_device(self, d: int) -> list[int]:
+        return [i for i, t in enumerate(self.tasks) if d in t.devices]
+
+    def memory_devices(self) -> list[int]:
+        """Devices whose memory can ever matter (some task there changes memory)."""
+        if self.capacity is None:
+            return []
+        return [d for d in range(self.devices) if any(self.tasks[i].memory for i in self.on_device(d))
+                or self.init_mem(d)]
+
+    def default_horizon(self) -> int:
+        """A horizon no optimal (or anchored) solution needs to exceed: everything run serially
+        after the latest release / pinned time, plus every positive lag."""
+        if self.horizon is not None:
+            return self.horizon
+        total = sum(t.duration for t in self.tasks)
+        late = max([t.release for t in self.tasks] + [t.fixed or 0 for t in self.tasks] + [0])
+        lags = sum(max(0, p.lag) for p in self.precedences)
+        window = self.span_limit or 0
+        return total + late + lags + window + 1
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A solve's answer. `starts` is None when no solution was found (`status` says why)."""
+
+    status: str  # "optimal", "feasible" (time limit hit), "infeasible", "unknown" (nothing found in time)
+    starts: tuple[int, ...] | None = None
+    objective: int | None = None
+    anchor: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.starts is not None
+
+    @property
+    def proven(self) -> bool:
+        """True when the answer is known optimal (or, for `feasible`, simply found)."""
+        return self.status == "optimal"
