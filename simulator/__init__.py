@@ -1,0 +1,128 @@
+"""SimPy model of a plan's per-device programs: devices, links, memory, deadlock detection.
+
+    from simulator import simulate
+    report = simulate(plan)                         # links as the spec says (free by default)
+    report = simulate(plan, link=Link(latency=0.1), blocking=True)
+    report = simulate((spec, programs))             # programs from anywhere, e.g. hand-edited
+
+The simulator executes exactly the programs it is given (the lowering is done once, in
+`tessel_dsl.lower`); it never consults the schedule except to compare start times with it.
+"""
+from __future__ import annotations
+
+import time as _time
+
+from tessel_dsl.analysis import lower_bound
+from tessel_dsl.errors import SimulationError
+from tessel_dsl.ir import Link, Spec
+from tessel_dsl.program import Program
+from tessel_dsl.schedule import Schedule
+
+from .deadlock import Blocked, Deadlock, explain
+from .engine import Engine
+from .memory import Overflow
+from .metrics import bubbles, comm_split, drift, makespan, steady_period
+from .report import Report, summary_table
+
+__all__ = ["simulate", "Report", "Deadlock", "Blocked", "Overflow", "summary_table"]
+
+
+def simulate(source, *, link: Link | None = None, blocking: bool | None = None,
+             schedule: Schedule | None = None, strict: bool = False) -> Report:
+    """Simulate a Plan, or a ``(spec, programs)`` / ``(spec, programs, schedule)`` tuple.
+
+    `link` overrides the spec's link cost. `blocking` given and different from the programs' mode
+    re-lowers the schedule in that mode (this needs a schedule). With `strict`, a deadlock or a
+    memory overflow raises SimulationError instead of only being reported.
+    """
+    spec, programs, schedule = _unpack(source, schedule)
+    if blocking is not None and programs and programs[0].blocking != blocking:
+        if schedule is None:
+            raise SimulationError("switching blocking mode needs the schedule to lower again")
+        from tessel_dsl.lower import lower
+
+        programs = lower(spec, schedule, blocking=blocking)
+    link = spec.link if link is None else link
+    if link.latency < 0 or link.bandwidth < 0:
+        raise SimulationError("link latency and bandwidth must not be negative")
+
+    t0 = _time.perf_counter()
+    engine = Engine(spec, programs, link).run()
+    wall = _time.perf_counter() - t0
+
+    n = _microbatches(engine, schedule)
+    span = makespan(engine)
+    busy = [s.busy for s in engine.states]
+    total, per = bubbles(busy, span)
+    comm_total, exposed, hidden = comm_split(engine)
+    dr = drift(engine.starts, schedule)
+    rep = schedule.repetend if schedule is not None else None
+    report = Report(
+        spec=spec.name,
+        schedule=schedule.name if schedule is not None else "programs",
+        devices=spec.devices,
+        microbatches=n,
+        blocking=bool(programs and programs[0].blocking),
+        link=link,
+        makespan=span,
+        busy=tuple(busy),
+        bubble=total,
+        bubble_per_device=per,
+        period=steady_period(engine.starts, n),
+        planned_period=rep.period if rep is not None else None,
+        lower_bound=lower_bound(spec),
+        peak_memory=tuple(engine.memory.peak),
+        memory_capacity=spec.memory,
+        overflows=tuple(engine.memory.overflows),
+        overflow_count=engine.memory.overflow_count,
+        comm_total=comm_total,
+        comm_exposed=exposed,
+        comm_hidden=hidden,
+        transfers=len(engine.net.transfers),
+        bytes_moved=sum(x.nbytes for x in engine.net.transfers),
+        wait_per_device=tuple(s.wait for s in engine.states),
+        drift_max=dr[0] if dr else None,
+        drift_mean=dr[1] if dr else None,
+        drift_blocks=dr[2] if dr else None,
+        deadlock=explain(engine),
+        actions=engine.actions,
+        wall_seconds=wall,
+        time_label=spec.units.time_label,
+        memory_label=spec.units.memory_label,
+        repetend_start=schedule.repetend_start if schedule is not None else None,
+        timeline=tuple(tuple(s.records) for s in engine.states),
+        comm=tuple((x.start, x.end, x.block, x.mb, x.src, x.dst) for x in engine.net.transfers),
+    )
+    if strict and not report.ok:
+        detail = str(report.deadlock) if report.deadlock else "\n".join(str(o) for o in report.overflows)
+        raise SimulationError(detail)
+    return report
+
+
+def _unpack(source, schedule: Schedule | None) -> tuple[Spec, tuple[Program, ...], Schedule | None]:
+    if isinstance(source, tuple):
+        if len(source) == 3:
+            spec, programs, sched = source
+            return spec, tuple(programs), schedule or sched
+        if len(source) == 2:
+            spec, programs = source
+            return spec, tuple(programs), schedule
+        raise TypeError("simulate() takes a Plan or a (spec, programs[, schedule]) tuple")
+    spec = getattr(source, "spec", None)
+    programs = getattr(source, "programs", None)
+    if spec is None or programs is None:
+        raise TypeError("simulate() takes a Plan or a (spec, programs[, schedule]) tuple")
+    sched = schedule or getattr(source, "schedule", None)
+    if not programs:
+        if sched is None:
+            raise SimulationError("the plan has no programs and no schedule to lower")
+        from tessel_dsl.lower import lower
+
+        programs = lower(spec, sched)
+    return spec, tuple(programs), sched
+
+
+def _microbatches(engine: Engine, schedule: Schedule | None) -> int:
+    if schedule is not None:
+        return schedule.microbatches
+    return 1 + max((mb for _b, mb in engine.starts), default=-1)

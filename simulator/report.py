@@ -1,0 +1,175 @@
+"""The simulation report: what a run measured, as a value, as JSON and as a rich summary table."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tessel_dsl.ir import Link
+
+from .deadlock import Deadlock
+from .memory import Overflow
+
+Bar = tuple[float, float, str, int]  # (start, end, block, micro-batch)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything one simulation measured. `ok` is False on deadlock or memory overflow."""
+
+    spec: str
+    schedule: str
+    devices: int
+    microbatches: int
+    blocking: bool
+    link: Link
+    makespan: float
+    busy: tuple[float, ...]
+    bubble: float
+    bubble_per_device: tuple[float, ...]
+    period: float | None
+    planned_period: int | None
+    lower_bound: int
+    peak_memory: tuple[int, ...]
+    memory_capacity: int
+    overflows: tuple[Overflow, ...]
+    overflow_count: int
+    comm_total: float
+    comm_exposed: float
+    comm_hidden: float
+    transfers: int
+    bytes_moved: int
+    wait_per_device: tuple[float, ...]
+    drift_max: float | None
+    drift_mean: float | None
+    drift_blocks: int | None
+    deadlock: Deadlock | None
+    actions: int
+    wall_seconds: float
+    time_label: str = "unit"
+    memory_label: str = "unit"
+    repetend_start: int | None = None
+    # Per device, the computes in execution order; for timelines and traces, not for JSON.
+    timeline: tuple[tuple[Bar, ...], ...] = field(default=(), repr=False, compare=False)
+    comm: tuple[tuple[float, float, str, int, int, int], ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.deadlock is None and self.overflow_count == 0
+
+    @property
+    def actions_per_second(self) -> float:
+        return self.actions / self.wall_seconds if self.wall_seconds > 0 else float("inf")
+
+    def problems(self) -> list[str]:
+        """One line per reason the run is not ok (deadlock first)."""
+        out = []
+        if self.deadlock is not None:
+            out.append(self.deadlock.summary())
+        if self.overflow_count:
+            first = self.overflows[0]
+            more = f" (+{self.overflow_count - 1} more)" if self.overflow_count > 1 else ""
+            out.append(f"{first}{more}")
+        return out
+
+    def to_json(self) -> dict:
+        """Machine-readable form (no timeline; stable keys)."""
+        def r(x):
+            return None if x is None else round(float(x), 6)
+
+        return {
+            "spec": self.spec,
+            "schedule": self.schedule,
+            "devices": self.devices,
+            "microbatches": self.microbatches,
+            "blocking": self.blocking,
+            "link": {"latency": self.link.latency, "bandwidth": self.link.bandwidth},
+            "ok": self.ok,
+            "makespan": r(self.makespan),
+            "bubble": r(self.bubble),
+            "bubble_per_device": [r(b) for b in self.bubble_per_device],
+            "busy_per_device": [r(b) for b in self.busy],
+            "period": r(self.period),
+            "planned_period": self.planned_period,
+            "lower_bound": self.lower_bound,
+            "peak_memory": list(self.peak_memory),
+            "memory_capacity": self.memory_capacity,
+            "overflows": [
+                {"time": r(o.time), "device": o.device, "action": o.action, "used": o.used}
+                for o in self.overflows
+            ],
+            "overflow_count": self.overflow_count,
+            "comm": {
+                "transfers": self.transfers,
+                "bytes": self.bytes_moved,
+                "total": r(self.comm_total),
+                "exposed": r(self.comm_exposed),
+                "hidden": r(self.comm_hidden),
+                "wait_per_device": [r(w) for w in self.wait_per_device],
+            },
+            "drift": None if self.drift_max is None else {
+                "max": r(self.drift_max), "mean": r(self.drift_mean), "blocks": self.drift_blocks,
+            },
+            "deadlock": None if self.deadlock is None else {
+                "blocked": [
+                    {"device": b.device, "pc": b.pc, "action": b.action, "waits_for": b.waits_for}
+                    for b in self.deadlock.blocked
+                ],
+                "mismatches": list(self.deadlock.mismatches),
+            },
+            "actions": self.actions,
+            "time_label": self.time_label,
+            "memory_label": self.memory_label,
+        }
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:g}" if abs(x - round(x)) > 1e-9 else str(int(round(x)))
+
+
+def summary_table(report: Report):
+    """A rich Table with the headline numbers and a per-device breakdown."""
+    from rich.table import Table
+
+    tu = report.time_label
+    mode = "blocking" if report.blocking else "non-blocking"
+    link = "free"
+    if report.link.latency > 0 or report.link.bandwidth > 0:
+        parts = [f"latency {report.link.latency:g}"]
+        if report.link.bandwidth > 0:
+            parts.append(f"{report.link.bandwidth:g} B/{tu}")
+        link = ", ".join(parts)
+    title = f"{report.spec} · {report.schedule} · N={report.microbatches} · {mode} · link {link}"
+    t = Table(title=title, title_justify="left", show_header=True, header_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    verdict = "[green]ok[/]" if report.ok else "[bold red]" + ("DEADLOCK" if report.deadlock else "MEMORY OVERFLOW") + "[/]"
+    t.add_row("verdict", verdict)
+    t.add_row(f"makespan ({tu})", _num(report.makespan))
+    t.add_row("bubble rate", _pct(report.bubble))
+    period = _num(report.period)
+    if report.planned_period is not None:
+        period += f" (planned {report.planned_period})"
+    t.add_row(f"steady-state period ({tu})", period)
+    t.add_row(f"lower bound ({tu})", str(report.lower_bound))
+    t.add_row(f"peak memory / M ({report.memory_label})",
+              f"{max(report.peak_memory, default=0)} / {report.memory_capacity}")
+    t.add_row("transfers", f"{report.transfers} ({report.bytes_moved} B)")
+    t.add_row(f"comm hidden / exposed ({tu})", f"{_num(report.comm_hidden)} / {_num(report.comm_exposed)}")
+    if report.drift_max is not None:
+        t.add_row(f"start drift vs plan ({tu})",
+                  f"max {_num(report.drift_max)}, {report.drift_blocks} block(s) moved")
+
+    d = Table(show_header=True, header_style="bold", title="per device", title_justify="left")
+    for col in ("device", f"busy ({tu})", "bubble", "peak mem", f"comm wait ({tu})"):
+        d.add_column(col, justify="right")
+    for i in range(report.devices):
+        peak = report.peak_memory[i]
+        mem = f"[red]{peak}[/]" if peak > report.memory_capacity else str(peak)
+        d.add_row(str(i), _num(report.busy[i]), _pct(report.bubble_per_device[i]), mem,
+                  _num(report.wait_per_device[i]))
+    return t, d
