@@ -346,11 +346,11 @@ def _parse_cell(token: str, where: Location, line: str) -> list[CsvAction]:
     return [CsvAction(int(stage), kind, int(mb), where)]
 
 
-def orders_from_csv(spec: Spec, rows: list[list[CsvAction]]) -> list[list[tuple[str, int]]]:
+def orders_from_csv(spec: Spec, rows: list[list[CsvAction]], file: str = "<csv>") -> list[list[tuple[str, int]]]:
     """Per-device (block, micro-batch) orders for `spec` from parsed CSV rows."""
     smap = stage_map(spec)
     if len(rows) != spec.devices:
-        raise TorchCsvError(f"the CSV has {len(rows)} rank rows but spec '{spec.name}' has {spec.devices} devices")
+        raise TorchCsvError(f"{file}: {len(rows)} rank rows but spec '{spec.name}' has {spec.devices} devices")
     orders: list[list[tuple[str, int]]] = [[] for _ in range(spec.devices)]
     for rank, row in enumerate(rows):
         for a in row:
@@ -386,7 +386,7 @@ def schedule_from_csv(spec: Spec, path: str | os.PathLike, *, name: str | None =
     except OSError as e:
         raise TorchCsvError(f"{path}: cannot read: {e.strerror}") from None
     rows = read_torch_csv(text, str(path))
-    orders = orders_from_csv(spec, rows)
+    orders = orders_from_csv(spec, rows, str(path))
     mbs = {mb for row in orders for _, mb in row}
     n = max(mbs) + 1 if mbs else 0
     missing = sorted(set(range(n)) - mbs)
