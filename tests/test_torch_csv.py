@@ -251,3 +251,43 @@ def test_pytorch_runtime_matches_single_process(tmp_path, ranks, split, fmt):
     for k, ref in enumerate(ref_grads):
         for got, want in zip(grads[k], ref):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- command line
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tessel_dsl.cli", *args], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+def test_cli_export_import_round_trip(tmp_path):
+    from tessel_dsl.plan import load_plan, save_plan
+
+    spec = chain([0, 1, 1, 0])
+    sched = greedy(spec, 4)
+    save_plan(make_plan(spec, sched), tmp_path / "plan.json")
+    out = _cli("export", str(tmp_path / "plan.json"), "--format", "torch-csv")
+    assert out.returncode == 0 and out.stdout.splitlines()[0].startswith("0F0,0F1,")
+    res = _cli("export", str(tmp_path / "plan.json"), "--comms", "-o", str(tmp_path / "s.csv"))
+    assert res.returncode == 0, res.stderr
+    assert "3RECV_F0" in (tmp_path / "s.csv").read_text()
+    res = _cli("import", str(tmp_path / "s.csv"), "--spec", str(tmp_path / "plan.json"), "-o", str(tmp_path / "back.json"))
+    assert res.returncode == 0, res.stderr
+    back = load_plan(tmp_path / "back.json")
+    assert back.schedule.slots == sched.slots and back.search.method == "import"
+
+
+def test_cli_errors_are_red_lines_not_tracebacks(tmp_path):
+    from tessel_dsl.plan import save_plan
+
+    spec = chain([0, 1])
+    save_plan(make_plan(spec, greedy(spec, 2)), tmp_path / "plan.json")
+    (tmp_path / "bad.csv").write_text("0F0,0B0\n1F0,1Bx\n")
+    res = _cli("import", str(tmp_path / "bad.csv"), "--spec", str(tmp_path / "plan.json"), "-o", str(tmp_path / "o.json"))
+    assert res.returncode == 1 and "bad.csv:2:5" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "o.json").exists()
+    res = _cli("export", str(tmp_path / "plan.json"), "--format", "onnx")
+    assert res.returncode == 2
