@@ -78,10 +78,12 @@ def write_json_atomic(path: str | os.PathLike, data: object) -> None:
 
 
 def save_plan(plan: Plan, path: str | os.PathLike) -> None:
+    """Write `plan` as versioned JSON; the file is replaced atomically, never left partial."""
     write_json_atomic(path, plan_to_json(plan))
 
 
 def load_plan(path: str | os.PathLike) -> Plan:
+    """Read a plan file; a missing, malformed or wrong-version file raises PlanError."""
     try:
         text = Path(path).read_text()
     except OSError as e:
