@@ -165,7 +165,7 @@ def summary_table(report: Report):
                   f"max {_num(report.drift_max)}, {report.drift_blocks} block(s) moved")
 
     d = Table(show_header=True, header_style="bold", title="per device", title_justify="left")
-    for col in ("device", f"busy ({tu})", "bubble", "peak mem", f"comm wait ({tu})"):
+    for col in ("device", f"busy ({tu})", "bubble", "peak mem", f"waiting for data ({tu})"):
         d.add_column(col, justify="right")
     for i in range(report.devices):
         peak = report.peak_memory[i]

@@ -1,0 +1,139 @@
+"""`tessel simulate`: run a plan's programs in the SimPy model, print the report, gate CI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import TesselError
+from .app import app, console, err_console, parse_sets
+
+
+def parse_ratio(text: str, option: str) -> float:
+    """``5%`` or ``0.05`` as a ratio; anything else is a usage error."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise typer.BadParameter(f"expected a ratio like 0.05 or 5%, got {text!r}", param_hint=option) from None
+    if not 0.0 <= value <= 1.0:
+        raise typer.BadParameter(f"must be between 0 and 1 (0% and 100%), got {text!r}", param_hint=option)
+    return value
+
+
+def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], mode: str | None,
+                blocking: bool | None):
+    """A Plan from a plan file (re-extended to `microbatches` if asked) or from a spec (searched)."""
+    from ..plan import load_plan, make_plan
+
+    if path.suffix == ".json":
+        if sets or mode:
+            raise typer.BadParameter("--set and --mode apply to a .tsl spec, not to a plan file",
+                                     param_hint="--set/--mode")
+        plan = load_plan(path)
+        if microbatches is not None and microbatches != plan.schedule.microbatches:
+            if plan.schedule.repetend is None:
+                raise TesselError(
+                    f"{path}: schedule '{plan.schedule.name}' has no repetend, so it cannot be re-extended "
+                    f"to N={microbatches}; search the spec again with --microbatches {microbatches}")
+            from ..search import extend
+
+            schedule = extend(plan.spec, plan.schedule, microbatches)
+            keep = plan.programs[0].blocking if plan.programs else False
+            plan = make_plan(plan.spec, schedule, plan.search, blocking=keep if blocking is None else blocking)
+        return plan
+    from ..parser import parse_file
+    from ..search import search
+
+    spec = parse_file(path, sets=sets or None, mode=mode)
+    with err_console.status(f"searching a schedule for {spec.name}..."):
+        result = search(spec, microbatches=microbatches)
+    return make_plan(spec, result.schedule, result.info, blocking=bool(blocking))
+
+
+@app.command()
+def simulate(
+    source: Path = typer.Argument(..., help="A plan file (plan.json) or a spec (.tsl, searched first)."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
+                                               help="Micro-batches N (a plan is re-extended, not searched)."),
+    blocking: Optional[bool] = typer.Option(None, "--blocking/--non-blocking",
+                                            help="Send/recv mode (default: as the plan was lowered)."),
+    latency: Optional[float] = typer.Option(None, "--link-latency", min=0.0,
+                                            help="Link latency in time units (default: the spec's, else 0)."),
+    bandwidth: Optional[float] = typer.Option(None, "--link-bandwidth", min=0.0,
+                                              help="Link bandwidth in bytes per time unit (0 = unlimited)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace JSON here."),
+    svg: Optional[Path] = typer.Option(None, "--svg", help="Write the timeline as an SVG picture here."),
+    max_bubble: Optional[str] = typer.Option(None, "--max-bubble",
+                                             help="Fail (exit 1) if the bubble rate is above this (0.05 or 5%)."),
+    max_memory: Optional[float] = typer.Option(None, "--max-memory", min=0.0,
+                                               help="Fail (exit 1) if any device's peak memory is above this."),
+    width: Optional[int] = typer.Option(None, "--width", min=40, help="Report width in columns."),
+    no_timeline: bool = typer.Option(False, "--no-timeline", help="Leave the timeline out of the report."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a spec parameter: --set K=V."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (specs only)."),
+) -> None:
+    """Simulate a plan (or search a spec first) and report bubbles, memory, comm and deadlocks."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from simulator import simulate as run_simulation
+    from simulator import summary_table
+
+    from ..ir import Link
+    from ..timeline import from_rows, render, write_svg
+    from ..trace import compute_spans, transfer_spans, write_trace
+
+    bubble_limit = parse_ratio(max_bubble, "--max-bubble") if max_bubble is not None else None
+    if mode is not None and mode not in ("train", "infer"):
+        raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")
+    plan = load_source(source, microbatches=microbatches, sets=parse_sets(sets), mode=mode, blocking=blocking)
+    spec = plan.spec
+    link = None
+    if latency is not None or bandwidth is not None:
+        link = Link(latency if latency is not None else spec.link.latency,
+                    bandwidth if bandwidth is not None else spec.link.bandwidth)
+    report = run_simulation(plan, link=link, blocking=blocking)
+
+    if trace is not None:
+        spans = compute_spans(report.timeline, {b.name: b.kind.value for b in spec.blocks})
+        spans += transfer_spans(report.comm)
+        write_trace(trace, spans, time_scale=spec.units.time_seconds, devices=spec.devices,
+                    title=f"{spec.name} / {report.schedule} (simulated)",
+                    metadata={"makespan": report.makespan, "bubble": report.bubble})
+    tl = from_rows(spec, report.timeline, plan.schedule,
+                   title=f"simulated timeline ({report.schedule}, N={report.microbatches})")
+    if svg is not None:
+        write_svg(tl, svg)
+
+    failures = report.problems()
+    if bubble_limit is not None and report.bubble > bubble_limit + 1e-12:
+        failures.append(f"bubble rate {report.bubble:.2%} is above --max-bubble {bubble_limit:.2%}")
+    peak = max(report.peak_memory, default=0)
+    if max_memory is not None and peak > max_memory:
+        failures.append(f"peak memory {peak} on device {report.peak_memory.index(peak)} is above "
+                        f"--max-memory {max_memory:g}")
+
+    if as_json:
+        data = report.to_json()
+        data["failures"] = failures
+        print(json.dumps(data, indent=1))
+    else:
+        out = Console(width=width) if width else console
+        for table in summary_table(report):
+            out.print(table)
+        if report.deadlock is not None:
+            out.print(f"[bold red]{escape(str(report.deadlock))}[/]", highlight=False)
+        for o in report.overflows[:5]:
+            out.print(f"[red]{escape(str(o))}[/]", highlight=False)
+        if not no_timeline:
+            out.print(render(tl, width=out.width))
+    for path in (trace, svg):
+        if path is not None:
+            err_console.print(f"wrote {path}", highlight=False)
+    if failures:
+        err_console.print(f"[bold red]FAIL:[/] {escape(failures[0])}", highlight=False)
+        raise typer.Exit(1)
