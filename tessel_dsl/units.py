@@ -1,0 +1,37 @@
+"""Physical units a spec may write (``2.5ms``, ``80GB``, ``50 GB/s``) and their conversion to the
+IR's integer units through the declared resolutions (``resolution time 1ms``)."""
+from __future__ import annotations
+
+TIME_UNITS: dict[str, float] = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}
+
+MEMORY_UNITS: dict[str, int] = {
+    "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+}
+
+# The ratio "unit" used by derived backward times: `3x` is three times the forward's time.
+RATIO_UNIT = "x"
+
+
+def describe(units: dict) -> str:
+    return ", ".join(units)
+
+
+def to_units(value: float, scale: float, resolution: float) -> float:
+    """`value` of a unit worth `scale` base units, expressed in multiples of `resolution`."""
+    return value * scale / resolution
+
+
+def round_units(x: float, positive: bool) -> int:
+    """Round to the nearest integer unit (halves up); a positive cost never rounds to 0, since a
+    block that takes no time at all would break the schedule's exclusivity reasoning."""
+    n = int(x + 0.5) if x >= 0 else -int(-x + 0.5)
+    if positive and x > 0 and n == 0:
+        return 1
+    return n
+
+
+def format_number(x: float) -> str:
+    """``1.0`` -> ``1``, ``0.5`` -> ``0.5``: labels read like what the user wrote."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
