@@ -261,7 +261,7 @@ class Evaluator:
             bandwidth = float(value)
         if latency < 0:
             raise self.error("bad-value", "latency must not be negative", s.loc)
-        return Link(latency=float(latency), bandwidth=bandwidth)
+        return Link(latency=round(float(latency), 12), bandwidth=round(bandwidth, 6))
 
     def _expect(self, s: A.Expect) -> None:
         if s.metric not in METRICS:

@@ -1,0 +1,98 @@
+"""`tessel check`: parse and check a spec, print what it says before any search.
+
+Imports only the parser and `analysis` (never z3, ortools, simpy or torch), so it is fast enough
+to run on every save.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app, console, parse_sets
+
+
+def summarize(spec) -> dict:
+    """The numbers `tessel check` reports, as plain data (the `--json` output)."""
+    from ..analysis import busy_time, lower_bound, max_inflight, microbatch_memory, resident_memory
+
+    return {
+        "name": spec.name,
+        "mode": spec.mode.value,
+        "devices": spec.devices,
+        "memory": spec.memory,
+        "microbatches": spec.microbatches,
+        "params": dict(spec.params),
+        "units": {"time": spec.units.time_label, "memory": spec.units.memory_label},
+        "blocks": [
+            {"name": b.name, "kind": b.kind.value, "devices": list(b.devices), "time": b.time,
+             "memory": b.memory, **({"forward": b.forward} if b.forward else {})}
+            for b in spec.blocks
+        ],
+        "edges": [[e.src, e.dst] for e in spec.edges],
+        "blocks_per_device": [[b.name for b in spec.blocks_on(d)] for d in range(spec.devices)],
+        "busy_time": list(busy_time(spec)),
+        "lower_bound": lower_bound(spec),
+        "microbatch_memory": list(microbatch_memory(spec)),
+        "resident_memory": list(resident_memory(spec)),
+        "max_inflight": max_inflight(spec),
+        "expectations": [
+            {"metric": x.metric, "op": x.op, "value": x.value, "microbatches": x.microbatches}
+            for x in spec.expectations
+        ],
+    }
+
+
+def render(summary: dict) -> None:
+    """The rich report: a header line, one row per device, then the bound and the expectations."""
+    from rich.table import Table
+
+    s = summary
+    unit = "" if s["units"]["time"] == "unit" else f" (1 unit = {s['units']['time']})"
+    console.print(f"[bold]{s['name']}[/] — {s['mode']}, {s['devices']} devices, memory {s['memory']} "
+                  f"per device, {s['microbatches']} micro-batches, {len(s['blocks'])} blocks{unit}")
+    if s["params"]:
+        console.print("params: " + ", ".join(f"{k}={v}" for k, v in s["params"].items()), highlight=False)
+    table = Table(show_edge=False, header_style="bold")
+    for col, justify in (("device", "right"), ("blocks", "left"), ("busy", "right"),
+                         ("memory / mb", "right")):
+        table.add_column(col, justify=justify)
+    for d in range(s["devices"]):
+        table.add_row(str(d), " ".join(s["blocks_per_device"][d]), str(s["busy_time"][d]),
+                      str(s["microbatch_memory"][d]))
+    console.print(table)
+    console.print(f"lower bound of the repetend period: [bold]{s['lower_bound']}[/] "
+                  "(busiest device's work per micro-batch)")
+    console.print(f"max in-flight micro-batches under memory {s['memory']}: [bold]{s['max_inflight']}[/]")
+    for x in s["expectations"]:
+        value = x["value"]
+        if isinstance(value, float) and x["metric"] == "bubble":
+            value = f"{value * 100:g}%"
+        value = "" if value is None else f" {value}"
+        at = f" at N={x['microbatches']}" if x["microbatches"] else ""
+        op = "" if x["metric"] == "deadlock_free" else f" {x['op']}"
+        console.print(f"expect {x['metric']}{op}{value}{at}", highlight=False)
+    console.print("[green]ok[/]")
+
+
+@app.command()
+def check(
+    spec: Path = typer.Argument(..., help="The placement spec (.tsl) to check."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", metavar="K=V",
+                                             help="Override a `param` (repeatable), e.g. --set D=8."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (overrides the file's `mode`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (nothing else on stdout)."),
+) -> None:
+    """Parse and check a spec; print blocks per device, busy time, lower bound and memory."""
+    from ..parser import parse_file
+
+    if mode is not None and mode not in ("train", "infer"):
+        raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")
+    parsed = parse_file(spec, sets=parse_sets(set_) or None, mode=mode)
+    summary = summarize(parsed)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=1))
+    else:
+        render(summary)
