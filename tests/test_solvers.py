@@ -140,3 +140,15 @@ def test_unknown_solver_is_a_user_error():
     with pytest.raises(TesselError, match="unknown solver"):
         resolve("gurobi")
     assert resolve("auto") in ("cpsat", "z3")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spread_objective(backend):
+    # b must follow a; skewing b back by 5 makes running them apart pay off.
+    tasks = (Task("a", 2, (0,)), Task("b", 1, (1,), skew=-5), Task("c", 1, (0,)))
+    p = Problem(tasks, (Precedence(0, 1),), devices=2, horizon=20)
+    sol = solve(p, Objective.SPREAD, solver=backend)
+    check(p, sol.starts)
+    lo = min(s + t.skew for s, t in zip(sol.starts, tasks))
+    hi = max(s + t.duration + t.skew for s, t in zip(sol.starts, tasks))
+    assert sol.proven and sol.objective == hi - lo == 3

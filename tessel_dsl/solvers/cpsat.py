@@ -59,6 +59,15 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
         m.minimize(makespan)
     elif anchor is not None:
         m.minimize(anchor)
+    spread = None
+    if objective is Objective.SPREAD and problem.tasks:
+        skews = [t.skew for t in problem.tasks]
+        lo = m.new_int_var(-2 * horizon + min(skews), 2 * horizon + max(skews), "lo")
+        hi = m.new_int_var(-2 * horizon + min(skews), 2 * horizon + max(skews), "hi")
+        m.add_min_equality(lo, [s + t.skew for s, t in zip(starts, problem.tasks)])
+        m.add_max_equality(hi, [s + t.duration + t.skew for s, t in zip(starts, problem.tasks)])
+        spread = hi - lo
+        m.minimize(spread)
     if problem.hints is not None:
         for s, h, t in zip(starts, problem.hints, problem.tasks):
             if t.fixed is None:
@@ -79,5 +88,7 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
         obj = int(solver.value(makespan))
     elif anchor is not None:
         obj = int(solver.value(anchor))
+    elif spread is not None:
+        obj = int(solver.value(spread))
     return Solution("optimal" if proven else "feasible", values, obj,
                     int(solver.value(anchor)) if anchor is not None else 0)

@@ -15,6 +15,8 @@ Semantics shared by all backends:
 - a task's memory delta counts from its start; on each device the running sum, starting from
   ``initial_memory[d]`` and taken in start order, never exceeds ``capacity``;
 - with ``span_limit`` set, the tasks of each device lie inside one window of that length;
+- objective ``spread`` minimises ``max(start + duration + skew) - min(start + skew)``: with
+  ``skew = -P * offset`` that is the time one micro-batch spends in a periodic schedule;
 - a task with ``fixed`` set starts exactly at ``fixed`` (objective ``makespan``/``feasible``) or at
   ``anchor + fixed`` (objective ``anchor``, which minimises the anchor).
 """
@@ -31,6 +33,7 @@ class Objective(str, Enum):
     MAKESPAN = "makespan"  # minimise the latest end of any task
     FEASIBLE = "feasible"  # any solution will do
     ANCHOR = "anchor"      # minimise the anchor that `fixed` tasks are pinned to
+    SPREAD = "spread"      # minimise max(start + duration + skew) - min(start + skew)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class Task:
     memory: int = 0
     release: int = 0
     fixed: int | None = None
+    # Added to the start when measuring the SPREAD objective (a repetend block's unrolled time).
+    skew: int = 0
 
 
 @dataclass(frozen=True)

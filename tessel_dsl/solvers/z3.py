@@ -61,6 +61,8 @@ def _build(problem: Problem, objective: Objective, z3):
 def _lower(problem: Problem, objective: Objective) -> int:
     if objective is Objective.ANCHOR:
         return 0
+    if objective is Objective.SPREAD:
+        return max((t.duration for t in problem.tasks), default=0)
     lb = max((t.release + t.duration for t in problem.tasks), default=0)
     lb = max([lb] + [t.fixed + t.duration for t in problem.tasks if t.fixed is not None])
     for d in range(problem.devices):
@@ -81,6 +83,11 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
     if objective is Objective.MAKESPAN:
         obj = z3.Int("makespan")
         cons += [obj >= s + t.duration for s, t in zip(starts, problem.tasks)]
+    elif objective is Objective.SPREAD:
+        lo, hi, obj = z3.Int("lo"), z3.Int("hi"), z3.Int("spread")
+        for st, t in zip(starts, problem.tasks):
+            cons += [lo <= st + t.skew, hi >= st + t.duration + t.skew]
+        cons.append(obj == hi - lo)
     else:
         obj = anchor
 

@@ -1,0 +1,184 @@
+"""The repetend as one cyclic (modulo) scheduling model per period, offsets included.
+
+Instead of enumerating offset assignments and solving each, the offsets ``r_i`` become integer
+variables of a single model at a fixed period ``P``:
+
+- dependencies across instances: ``s_j + P * (r_i - r_j) >= s_i + t_i`` and ``r_i >= r_j``
+  (Property 2), for every edge ``i -> j``;
+- each device's blocks sit in one window of length ``P`` (so instance ``k + 1`` never overlaps
+  instance ``k``) and never overlap each other;
+- memory at steady state: a device enters the repetend holding ``sum_i m_i * r_i`` (the warmup)
+  and the running sum in start order stays within ``M``;
+- ``min r = 0`` removes shifted copies.
+
+It minimises the time one micro-batch spends in the periodic schedule,
+``max(s_i + t_i - P r_i) - min(s_i - P r_i)`` (which decides warmup plus cooldown length), then
+``N_R``. The driver tries ``P = lower bound, lower bound + 1, ...``: the first feasible period is the
+optimum over every ``N_R`` up to the in-flight limit at once.
+"""
+from __future__ import annotations
+
+import time
+
+from .ir import Spec
+from .schedule import Repetend, Slot
+
+
+def _pairs(spec: Spec) -> list[tuple[int, int]]:
+    blocks = spec.blocks
+    return [(i, j) for i in range(len(blocks)) for j in range(i + 1, len(blocks))
+            if set(blocks[i].devices) & set(blocks[j].devices)]
+
+
+def _result(spec: Spec, period: int, starts: list[int], offsets: list[int]) -> Repetend:
+    base = min(starts)
+    slots = tuple(sorted(Slot(s - base, b.name, r) for b, s, r in zip(spec.blocks, starts, offsets)))
+    return Repetend(max(offsets) + 1, period, slots)
+
+
+def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float | None,
+                       workers: int = 2) -> tuple[str, Repetend | None]:
+    """CP-SAT model at `period`: (status, repetend) with status optimal/feasible/infeasible/unknown."""
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    blocks, index = spec.blocks, {b.name: i for i, b in enumerate(spec.blocks)}
+    span = (max_nr + 1) * period + sum(b.time for b in blocks)
+    s = [m.new_int_var(0, span, f"s_{b.name}") for b in blocks]
+    r = [m.new_int_var(0, max_nr - 1, f"r_{b.name}") for b in blocks]
+    iv = [m.new_fixed_size_interval_var(s[i], b.time, f"iv_{b.name}") for i, b in enumerate(blocks)]
+    for e in spec.edges:
+        i, j = index[e.src], index[e.dst]
+        m.add(s[j] + period * (r[i] - r[j]) >= s[i] + blocks[i].time)
+        m.add(r[i] >= r[j])
+    rmin = m.new_int_var(0, 0, "rmin")
+    m.add_min_equality(rmin, r)
+    for d in range(spec.devices):
+        on = [i for i, b in enumerate(blocks) if d in b.devices]
+        if not on:
+            continue
+        a = m.new_int_var(0, span, f"win{d}")
+        for i in on:
+            m.add(s[i] >= a)
+            m.add(s[i] + blocks[i].time <= a + period)
+        m.add_no_overlap([iv[i] for i in on])
+    before: dict[tuple[int, int], object] = {}
+    for i, j in _pairs(spec):
+        b = m.new_bool_var(f"o_{i}_{j}")
+        m.add(s[i] + blocks[i].time <= s[j]).only_enforce_if(b)
+        m.add(s[j] + blocks[j].time <= s[i]).only_enforce_if(~b)
+        before[(i, j)], before[(j, i)] = b, ~b
+    for d in range(spec.devices):
+        on = [i for i, b in enumerate(blocks) if d in b.devices]
+        if not any(blocks[i].memory for i in on):
+            continue
+        entry = sum(blocks[i].memory * r[i] for i in on)
+        m.add(entry <= spec.memory)
+        for i in on:
+            if blocks[i].memory > 0:
+                # The running sum peaks right after an allocation.
+                m.add(entry + blocks[i].memory
+                      + sum(blocks[j].memory * before[(j, i)] for j in on if j != i and blocks[j].memory)
+                      <= spec.memory)
+    lo = m.new_int_var(-max_nr * period - span, span, "lo")
+    hi = m.new_int_var(-max_nr * period - span, 2 * span, "hi")
+    m.add_min_equality(lo, [s[i] - period * r[i] for i in range(len(blocks))])
+    m.add_max_equality(hi, [s[i] + b.time - period * r[i] for i, b in enumerate(blocks)])
+    nr = m.new_int_var(0, max_nr - 1, "maxr")
+    m.add_max_equality(nr, r)
+    m.minimize((hi - lo) * max_nr + nr)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = max(1, workers)
+    if time_limit is not None:
+        solver.parameters.max_time_in_seconds = max(0.01, time_limit)
+    st = solver.solve(m)
+    if st == cp_model.INFEASIBLE:
+        return "infeasible", None
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return "unknown", None
+    rep = _result(spec, period, [solver.value(x) for x in s], [solver.value(x) for x in r])
+    return ("optimal" if st == cp_model.OPTIMAL else "feasible"), rep
+
+
+def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | None) -> tuple[str, Repetend | None]:
+    """The same model in Z3 (feasibility, then bisection on the objective)."""
+    import z3
+
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+    blocks, index = spec.blocks, {b.name: i for i, b in enumerate(spec.blocks)}
+    s = [z3.Int(f"s_{b.name}") for b in blocks]
+    r = [z3.Int(f"r_{b.name}") for b in blocks]
+    cons = []
+    for i in range(len(blocks)):
+        cons += [s[i] >= 0, r[i] >= 0, r[i] <= max_nr - 1]
+    for e in spec.edges:
+        i, j = index[e.src], index[e.dst]
+        cons += [s[j] + period * (r[i] - r[j]) >= s[i] + blocks[i].time, r[i] >= r[j]]
+    cons.append(z3.Or(*[x == 0 for x in r]))
+    for d in range(spec.devices):
+        on = [i for i, b in enumerate(blocks) if d in b.devices]
+        if on:
+            a = z3.Int(f"win{d}")
+            for i in on:
+                cons += [s[i] >= a, s[i] + blocks[i].time <= a + period]
+    for i, j in _pairs(spec):
+        cons.append(z3.Or(s[i] + blocks[i].time <= s[j], s[j] + blocks[j].time <= s[i]))
+    for d in range(spec.devices):
+        on = [i for i, b in enumerate(blocks) if d in b.devices and b.memory]
+        if not on:
+            continue
+        entry = z3.Sum([blocks[i].memory * r[i] for i in on])
+        cons.append(entry <= spec.memory)
+        for i in on:
+            if blocks[i].memory > 0:
+                prior = [z3.If(s[j] < s[i], blocks[j].memory, 0) for j in on if j != i]
+                cons.append(entry + blocks[i].memory + (z3.Sum(prior) if prior else 0) <= spec.memory)
+    lo, hi, nr, obj = z3.Int("lo"), z3.Int("hi"), z3.Int("maxr"), z3.Int("obj")
+    for i, b in enumerate(blocks):
+        cons += [lo <= s[i] - period * r[i], hi >= s[i] + b.time - period * r[i], nr >= r[i]]
+    cons.append(obj == (hi - lo) * max_nr + nr)
+    solver = z3.Solver()
+    solver.add(*cons)
+
+    def check() -> object:
+        if deadline is not None:
+            solver.set("timeout", max(1, int((deadline - time.monotonic()) * 1000)))
+        return solver.check()
+
+    res = check()
+    if res == z3.unsat:
+        return "infeasible", None
+    if res != z3.sat:
+        return "unknown", None
+
+    def grab():
+        mdl = solver.model()
+        val = lambda x: mdl.eval(x, model_completion=True).as_long()  # noqa: E731
+        return val(obj), _result(spec, period, [val(x) for x in s], [val(x) for x in r])
+
+    best_obj, best = grab()
+    low = 0
+    status = "optimal"
+    while low < best_obj:
+        mid = (low + best_obj) // 2
+        solver.push()
+        solver.add(obj <= mid)
+        res = check()
+        if res == z3.sat:
+            best_obj, best = grab()
+        elif res == z3.unsat:
+            low = mid + 1
+        else:
+            status = "feasible"
+            solver.pop()
+            break
+        solver.pop()
+    return status, best
+
+
+def solve_period(spec: Spec, period: int, max_nr: int, solver: str, time_limit: float | None
+                 ) -> tuple[str, Repetend | None]:
+    """Dispatch to the named backend."""
+    if solver == "z3":
+        return solve_period_z3(spec, period, max_nr, time_limit)
+    return solve_period_cpsat(spec, period, max_nr, time_limit)
