@@ -89,7 +89,9 @@ class Evaluator:
 
     # ---- diagnostics ------------------------------------------------------------------------
     def error(self, code: str, message: str, loc: Location | None) -> _Skip:
-        self.diags.append(Diagnostic(code, message, loc))
+        d = Diagnostic(code, message, loc)
+        if d not in self.diags:  # a loop body repeats the same mistake once per iteration
+            self.diags.append(d)
         return _Skip()
 
     # ---- driver -----------------------------------------------------------------------------
@@ -107,10 +109,11 @@ class Evaluator:
         for s in top:
             if isinstance(s, _BODY):
                 self._guard(self._body, s, True, self.params)
-        if self.out.devices is None:
+        # A declaration that was written but failed has been reported already.
+        if self.out.devices is None and "devices" not in self._seen_header:
             self.error("missing-declaration", "the spec never says how many devices it uses "
                        "(add e.g. `devices 4`)", Location(self.module.file, 1, 1))
-        if self.out.memory is None:
+        if self.out.memory is None and "memory" not in self._seen_header:
             self.error("missing-declaration", "the spec never gives the per-device memory capacity "
                        "(add e.g. `memory 4`)", Location(self.module.file, 1, 1))
         self.out.units = Units(

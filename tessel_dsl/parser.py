@@ -200,10 +200,11 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
         microbatches=out.microbatches, mode=chosen, expectations=tuple(ev.expectations),
         units=out.units, link=out.link, params=tuple(ev.param_text), source=module.file,
     )
-    if out.devices is not None:
+    if out.devices is not None and out.memory is not None:
         found = diagnose(spec)
-        if ev.skipped_blocks:  # names of blocks that failed to evaluate would be reported again
-            found = [d for d in found if d.code != "unknown-name"]
+        # After an evaluation error, blocks or edges may be missing: do not report that twice.
+        if ev.skipped_blocks or ev.diags:
+            found = [d for d in found if d.code not in ("unknown-name", "no-blocks")]
         diags += found
     if diags:
         diags.sort(key=lambda d: (d.location is None, d.location.file if d.location else "",
