@@ -158,6 +158,8 @@ class Engine:
         if x.end > env.now:
             yield env.timeout(x.end - env.now)
         now = env.now
+        if why.endswith("-end"):
+            return  # the iteration's tail: nothing is left to delay on this device
         st.wait += now - t0
         moving = now - (x.start if x.start > t0 else t0)
         if moving > 0:

@@ -6,7 +6,9 @@ pass decides every transfer once, so the simulator and the executor run exactly 
 1. Every compute and every transfer gets a key on one global sequence. A block's compute sits at
    its start time; a transfer sits at the *end* time of the block producing the tensor, ahead of
    the computes starting at that instant. Ties are broken by the block's declaration order and the
-   micro-batch, so the sequence is a total order that keeps each device's schedule order.
+   micro-batch, so the sequence is a total order that keeps each device's schedule order. (In
+   non-blocking mode the receive is posted earlier, when the producer starts, so it never waits
+   behind the receiver's own long block; per device pair the order is still the senders'.)
 2. Each device's program is the projection of that sequence onto the device. Because every send
    and its receive occupy the same position of one sequence, every pair of devices posts its sends
    and receives in the same order, which is what rules out a mismatched rendezvous (deadlock).
@@ -31,13 +33,14 @@ from .schedule import Schedule, Slot
 
 @dataclass(frozen=True)
 class Transfer:
-    """One tensor moving from `src` to each device in `dsts`; `ready` is when the producer ends."""
+    """One tensor moving from `src` to each device in `dsts`; the producer runs [start, ready)."""
 
     block: str
     mb: int
     src: int
     dsts: tuple[int, ...]
     ready: int
+    start: int
 
 
 def tensor_bytes(spec: Spec, producer: str, dst_device: int | None = None) -> int:
@@ -82,7 +85,7 @@ def transfers(spec: Spec, schedule: Schedule) -> list[Transfer]:
                 if d not in holders:
                     need[d] = None
         if need:
-            t = Transfer(s.block, s.mb, min(holders), tuple(sorted(need)), end)
+            t = Transfer(s.block, s.mb, min(holders), tuple(sorted(need)), end, s.start)
             out.append(((end, s.start, order[s.block], s.mb), t))
     out.sort(key=lambda kv: kv[0])
     return [t for _, t in out]
@@ -111,7 +114,11 @@ def lower(spec: Spec, schedule: Schedule, blocking: bool = False) -> tuple[Progr
     for s in schedule.slots:
         events.append(((s.start, 1, s.start, order[s.block], s.mb), "compute", s))
     for i, t in enumerate(transfers(spec, schedule)):
-        events.append(((t.ready, 0, i), "comm", t))
+        events.append(((t.ready, 0, i), "send", t))
+        # A non-blocking receive is posted when the producer starts, so the transfer can overlap
+        # whatever the receiver computes meanwhile; per channel the order stays that of the
+        # sends (the producers sharing a sender never overlap, so start order = end order).
+        events.append(((t.ready if blocking else t.start, 0, i), "recv", t))
     events.sort(key=lambda e: e[0])
 
     acts: list[list[Action]] = [[] for _ in range(spec.devices)]
@@ -128,9 +135,11 @@ def lower(spec: Spec, schedule: Schedule, blocking: bool = False) -> tuple[Progr
                         if src is not None:
                             acts[d].append(Action(Op.WAIT, p, s.mb, (src,)))
                 acts[d].append(Action(Op.COMPUTE, s.block, s.mb))
-        else:
+        elif kind == "send":
             t: Transfer = item  # type: ignore[assignment]
             acts[t.src].append(Action(Op.SEND, t.block, t.mb, t.dsts))
+        else:
+            t = item  # type: ignore[assignment]
             for d in t.dsts:
                 acts[d].append(Action(Op.RECV, t.block, t.mb, (t.src,)))
                 if not blocking:

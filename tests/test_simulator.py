@@ -1,0 +1,144 @@
+"""Simulator core: 1F1B bubble formula, agreement with the plan, memory, multi-device blocks, report."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator import simulate
+from tessel_dsl.errors import SimulationError
+from tessel_dsl.ir import Block, Edge, Kind, Spec
+from tessel_dsl.lower import lower
+from tessel_dsl.plan import make_plan
+from tessel_dsl.program import Action, Op, Program
+from tessel_dsl.schedule import Schedule, Slot
+
+from .helpers import one_f_one_b, vshape
+from .test_lower import mshape, sequential
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("m", [1, 3, 4, 8, 16, 64])
+def test_1f1b_bubble_formula(p, m):
+    spec = vshape(p, p, fwd=1, bwd=2)
+    sch = one_f_one_b(spec, m)
+    report = simulate(make_plan(spec, sch))
+    assert report.ok
+    assert report.bubble == pytest.approx((p - 1) / (m + p - 1))
+    assert report.makespan == (m + p - 1) * 3
+    assert all(b == pytest.approx(report.bubble) for b in report.bubble_per_device)
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_free_links_reproduce_planned_start_times(blocking):
+    spec = vshape(4, 4)
+    sch = one_f_one_b(spec, 12)
+    report = simulate(make_plan(spec, sch, blocking=blocking))
+    assert report.drift_max == 0 and report.drift_blocks == 0
+    assert report.makespan == sch.makespan(spec)
+    assert report.bubble == pytest.approx(sch.bubble_rate(spec))
+    assert report.peak_memory == sch.peak_memory(spec)
+    assert report.period == 3  # F + B per device per micro-batch in 1F1B's steady state
+    assert report.comm_total == 0 and report.comm_exposed == 0
+
+
+def test_multi_device_blocks_hold_all_their_devices():
+    spec = mshape()
+    sch = sequential(spec, 3)
+    report = simulate(make_plan(spec, sch))
+    assert report.ok and report.drift_max == 0
+    for d in range(spec.devices):
+        starts_e = [r[0] for r in report.timeline[d] if r[2] == "E"]
+        assert starts_e == [s.start for s in sorted(sch.slots) if s.block == "E"]
+
+
+def test_joint_block_waits_for_the_last_member():
+    blocks = (Block("A", Kind.FORWARD, (0,), 5, 0), Block("J", Kind.FORWARD, (0, 1), 2, 0))
+    spec = Spec("j", 2, 4, blocks, ())
+    progs = (Program(0, (Action(Op.COMPUTE, "A", 0), Action(Op.COMPUTE, "J", 0))),
+             Program(1, (Action(Op.COMPUTE, "J", 0),)))
+    report = simulate((spec, progs))
+    assert report.ok
+    assert report.timeline[1] == ((5.0, 7.0, "J", 0),)
+    assert report.makespan == 7
+    assert report.wait_per_device[1] == 5  # idle until device 0 arrives
+
+
+def test_memory_overflow_is_reported_with_time_device_action():
+    spec = vshape(3, 2)  # GPipe-like order needs 3 units on device 0, M is 2
+    orders = []
+    for d in range(3):
+        orders.append([(f"F{d}", mb) for mb in range(3)] + [(f"B{d}", mb) for mb in range(3)])
+    from tessel_dsl.compact import compact
+
+    sch = Schedule(3, compact(spec, orders=orders))
+    report = simulate((spec, lower(spec, sch), sch))
+    assert not report.ok and report.deadlock is None
+    first = report.overflows[0]
+    assert (first.device, first.time, first.action, first.used, first.capacity) == (0, 2, "F0:2", 3, 2)
+    assert report.peak_memory[0] == 3
+    assert "memory overflow on device 0 at t=2: F0:2" in report.problems()[0]
+    with pytest.raises(SimulationError, match="memory overflow on device 0"):
+        simulate((spec, lower(spec, sch), sch), strict=True)
+
+
+def test_blocking_switch_relowers_the_schedule():
+    spec = vshape(3, 3)
+    plan = make_plan(spec, one_f_one_b(spec, 4))
+    assert simulate(plan).blocking is False
+    assert simulate(plan, blocking=True).blocking is True
+    with pytest.raises(SimulationError, match="needs the schedule"):
+        simulate((spec, plan.programs), blocking=True)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ((Program(0, (Action(Op.COMPUTE, "F1", 0),)),), "F1 is placed on device"),
+    ((Program(0, (Action(Op.COMPUTE, "Zed", 0),)),), "unknown block 'Zed'"),
+    ((Program(0, (Action(Op.SEND, "F0", 0, (0,)),)),), "peer device out of range"),
+    ((Program(0, (Action(Op.SEND, "F0", 0, (7,)),)),), "peer device out of range"),
+])
+def test_malformed_programs_are_rejected(bad, message):
+    spec = vshape(2, 2)
+    progs = bad + (Program(1, ()),)
+    with pytest.raises(SimulationError, match=message):
+        simulate((spec, progs))
+
+
+def test_program_count_must_match_devices():
+    spec = vshape(2, 2)
+    with pytest.raises(SimulationError, match="2 devices"):
+        simulate((spec, (Program(0, ()),)))
+
+
+def test_report_json_is_plain_and_stable():
+    spec = vshape(2, 2)
+    report = simulate(make_plan(spec, one_f_one_b(spec, 4)))
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["ok"] is True and data["deadlock"] is None
+    assert data["makespan"] == 15 and data["devices"] == 2 and data["microbatches"] == 4
+    assert data["bubble"] == pytest.approx(1 / 5, abs=1e-6)
+    assert data["peak_memory"] == [2, 1] and data["memory_capacity"] == 2
+    assert data["comm"]["transfers"] == 8
+    assert data["drift"] == {"max": 0.0, "mean": 0.0, "blocks": 0}
+
+
+def test_steady_period_of_a_shifted_pattern():
+    from simulator.metrics import steady_period
+
+    starts = {("A", mb): 10.0 + 4 * mb for mb in range(20)}
+    starts[("A", 0)] = 0.0  # warmup irregularity is ignored
+    assert steady_period(starts, 20) == 4
+    assert steady_period(starts, 2) is None
+
+
+def test_empty_schedule_simulates_to_nothing():
+    spec = vshape(2, 2)
+    report = simulate((spec, (Program(0, ()), Program(1, ())), Schedule(0, ())))
+    assert report.ok and report.makespan == 0 and report.bubble == 0
+
+
+def test_slot_sanity_for_helper():
+    # The helper used by several tests must itself be valid.
+    spec = mshape()
+    sch = sequential(spec, 2)
+    assert Slot(0, "E", 0) in sch.slots
