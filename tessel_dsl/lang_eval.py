@@ -130,8 +130,8 @@ class Evaluator:
         try:
             fn(stmt, *args)
         except _Skip:
-            if isinstance(stmt, A.BlockDecl):
-                self.skipped_blocks += 1
+            if isinstance(stmt, (A.BlockDecl, A.For, A.Use)):
+                self.skipped_blocks += 1  # blocks may be missing: unknown names are expected
 
     def _collect_definitions(self, module: A.Module, stack: list[str]) -> list[A.Stmt]:
         """Hoist shapes (from this file and its includes); return the remaining statements."""

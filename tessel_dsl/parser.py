@@ -93,7 +93,17 @@ def _syntax_error(text: str, file: str, line: int, column: int, message: str,
     return TslSyntaxError(message, Location(file, line, max(1, column)), lines[line - 1], expected)
 
 
-def _convert(e: Exception, text: str, file: str, line_off: int = 0, col_off: int = 0) -> TslSyntaxError:
+def _parser_expected(e: UnexpectedToken) -> tuple[str, ...]:
+    """What the parser would have accepted; lark's own list can name the lexer's view instead."""
+    try:
+        names = [n for n in e.interactive_parser.choices() if n.isupper() or n.startswith(("_", "$"))]
+    except Exception:  # no parser state to ask: fall back to lark's list
+        names = []
+    return _expected(names or e.expected)
+
+
+def _convert(e: Exception, text: str, file: str, line_off: int = 0, col_off: int = 0,
+             template_len: int = 0) -> TslSyntaxError:
     """A lark failure as a TslSyntaxError; offsets place errors inside a name template."""
     def at(line: int, column: int) -> tuple[int, int]:
         return (line + line_off, column + col_off) if line_off else (line, column)
@@ -107,11 +117,16 @@ def _convert(e: Exception, text: str, file: str, line_off: int = 0, col_off: int
                              if ch == e.char else f"unexpected character {ch}", _expected(e.allowed))
     if isinstance(e, UnexpectedToken):
         tok = e.token
-        what = _TOKEN_WORDS.get(tok.type) if tok.type in ("_NEWLINE", "$END", "_INDENT", "_DEDENT") else None
+        expected = _parser_expected(e)
+        if tok.type == "$END":
+            if line_off or col_off:  # the end of a name template is its closing brace
+                return _syntax_error(text, file, line_off + 1, col_off + template_len + 1,
+                                     "unexpected '}' in a name template", expected)
+            return _syntax_error(text, file, -1, 1, "unexpected end of file", expected)
+        what = _TOKEN_WORDS.get(tok.type) if tok.type in ("_NEWLINE", "_INDENT", "_DEDENT") else None
         what = what or f"'{tok}'"
         line, column = (tok.line, tok.column) if tok.line else (e.line, e.column)
-        return _syntax_error(text, file, *at(line or -1, column or 1), f"unexpected {what}",
-                             _expected(e.expected))
+        return _syntax_error(text, file, *at(line or -1, column or 1), f"unexpected {what}", expected)
     if isinstance(e, UnexpectedEOF):
         return _syntax_error(text, file, -1, 1, "unexpected end of file", _expected(e.expected))
     return _syntax_error(text, file, *at(getattr(e, "line", -1) or -1, getattr(e, "column", 1) or 1),
@@ -123,7 +138,7 @@ def _parse_tree(text: str, file: str, start: str = "start", offsets: tuple[int, 
     try:
         return lark_parser().parse(text, start=start)
     except (UnexpectedInput, _BadIndent) as e:
-        raise _convert(e, full_text or text, file, *offsets) from None
+        raise _convert(e, full_text or text, file, *offsets, template_len=len(text)) from None
     except (LarkError, AssertionError, RecursionError) as e:  # bracket or nesting trouble
         raise _syntax_error(full_text or text, file, -1, 1, f"cannot read this file ({type(e).__name__})") from None
 
@@ -203,8 +218,10 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
     if out.devices is not None and out.memory is not None:
         found = diagnose(spec)
         # After an evaluation error, blocks or edges may be missing: do not report that twice.
-        if ev.skipped_blocks or ev.diags:
+        if ev.skipped_blocks:
             found = [d for d in found if d.code not in ("unknown-name", "no-blocks")]
+        elif ev.diags:
+            found = [d for d in found if d.code != "no-blocks"]
         diags += found
     if diags:
         diags.sort(key=lambda d: (d.location is None, d.location.file if d.location else "",
