@@ -1,6 +1,7 @@
 """Random and mutated spec text: only TesselError subclasses may ever escape parse()."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from tessel_dsl.parser import parse
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SOURCES = [(p, p.read_text()) for p in sorted(SPECS.glob("*.tsl"))]
 TOKEN = re.compile(r"\s+|[A-Za-z_]\w*(?:\{[^{}\n]*\}\w*)*|\d+(?:\.\d+)?%?|->|\.\.|<=|>=|==|!=|.", re.S)
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# TESSEL_FUZZ_EXAMPLES=5000 runs a longer search than the default.
+SETTINGS = settings(max_examples=int(os.environ.get("TESSEL_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _parse_only_tessel_errors(text: str, file: str = "<string>", sets=None) -> None:

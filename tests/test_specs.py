@@ -180,3 +180,18 @@ def test_invalid_spec(name):
         assert loc is None
     else:
         assert (loc.file, loc.line, loc.column) == (str(path), line, column)
+
+
+def test_written_out_mshape_in_the_docs_equals_the_derived_one():
+    """The language tour's first example spells out what `use mshape` + `derive` produce."""
+    import re
+
+    from tessel_dsl.parser import parse
+
+    doc = (SPECS.parent / "docs" / "language.md").read_text()
+    first = re.search(r"```\n(.*?)```", doc, re.S).group(1)
+    written = parse(first)
+    derived = parse_file(SPECS / "mshape.tsl")
+    assert sorted(written.blocks, key=lambda b: b.name) == sorted(derived.blocks, key=lambda b: b.name)
+    assert _chain(written) == _chain(derived)
+    assert written.memory == derived.memory and written.microbatches == derived.microbatches
