@@ -1,0 +1,122 @@
+"""Point-to-point messages between ranks: the message manager of the paper's §5.
+
+A message is the output of one (block, micro-batch) -- a tuple of tensors -- going to one peer.
+Sends and receives are posted with `isend`/`irecv` on a dedicated communication stream (on CUDA;
+gloo on the CPU runs the same code) and the manager keeps every outstanding handle. A receive is
+waited for right before the block that needs it (the plan's ``WAIT``), and all sends are waited
+for at the end of the step, so compute never stalls on a transfer it does not depend on.
+
+Tags make gloo match messages by identity rather than arrival order; NCCL ignores them and relies
+on both sides posting in the same order, which the lowering guarantees.
+"""
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from .model_api import TensorMeta
+
+
+class CommTimeout(RuntimeError):
+    """A transfer did not complete within the configured timeout (peer stuck or dead)."""
+
+
+@dataclass
+class _Pending:
+    works: list
+    tensors: tuple[torch.Tensor, ...]
+    peer: int
+
+
+@dataclass
+class MessageManager:
+    """Posts sends and receives and waits for them on demand."""
+
+    device: torch.device
+    timeout: float
+    tag_of: dict[str, int]
+    recvs: dict[tuple[str, int], _Pending] = field(default_factory=dict)
+    sends: list[_Pending] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    def _tag(self, block: str, mb: int, i: int) -> int:
+        # Unique per tensor of a message; kept below 2**31 for gloo.
+        return ((self.tag_of[block] * 65536 + mb) * 16 + i) % (2**31 - 1)
+
+    def post_send(self, block: str, mb: int, tensors: tuple[torch.Tensor, ...], peers: tuple[int, ...]) -> None:
+        """Start sending `tensors` to every peer; returns at once."""
+        tensors = tuple(t.detach().contiguous() for t in tensors)
+        if self.stream is not None:
+            # The tensors are produced on the compute stream: make the comm stream wait for them,
+            # and tell the allocator they are in use there until the send completes.
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            for t in tensors:
+                t.record_stream(self.stream)
+        with _on(self.stream):
+            for p in peers:
+                works = [dist.isend(t, p, tag=self._tag(block, mb, i)) for i, t in enumerate(tensors)]
+                self.sends.append(_Pending(works, tensors, p))
+
+    def post_recv(self, block: str, mb: int, metas: tuple[TensorMeta, ...], peer: int) -> None:
+        """Allocate buffers from `metas` and start receiving into them; returns at once."""
+        with _on(self.stream):
+            bufs = tuple(torch.empty(m.shape, dtype=m.dtype, device=self.device) for m in metas)
+            works = [dist.irecv(b, peer, tag=self._tag(block, mb, i)) for i, b in enumerate(bufs)]
+        self.recvs[(block, mb)] = _Pending(works, bufs, peer)
+
+    def wait_recv(self, block: str, mb: int) -> tuple[torch.Tensor, ...]:
+        """Make the compute side wait until (block, mb) has arrived and return its tensors."""
+        pending = self.recvs.pop((block, mb), None)
+        if pending is None:
+            raise KeyError(f"{block}:{mb} was never posted for receiving")
+        self._wait(pending)
+        if self.stream is not None:
+            cur = torch.cuda.current_stream(self.device)
+            for t in pending.tensors:
+                t.record_stream(cur)
+        return pending.tensors
+
+    def wait_sends(self) -> None:
+        """Wait for every send posted so far (end of step, or in place in blocking mode)."""
+        while self.sends:
+            self._wait(self.sends.pop(0))
+
+    def drain(self) -> None:
+        """End of step: sends done, and no receive left behind."""
+        self.wait_sends()
+        for key in list(self.recvs):
+            self._wait(self.recvs.pop(key))
+
+    def _wait(self, pending: _Pending) -> None:
+        for w in pending.works:
+            try:
+                ok = w.wait(datetime.timedelta(seconds=self.timeout)) if self.stream is None else w.wait()
+            except RuntimeError as e:
+                raise CommTimeout(f"transfer with rank {pending.peer} failed: {_short(e)}") from None
+            if ok is False:
+                raise CommTimeout(f"no transfer with rank {pending.peer} within {self.timeout:g}s")
+
+
+class _on:
+    """`torch.cuda.stream(s)` that is a no-op for the CPU."""
+
+    def __init__(self, stream) -> None:
+        self.ctx = torch.cuda.stream(stream) if stream is not None else None
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__

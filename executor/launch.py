@@ -1,0 +1,374 @@
+"""Starting the ranks: spawned on one host by `run`, or one per process under `torchrun`.
+
+Every rank runs `rank_main`. It joins the process group, creates the sub-groups and warms up the
+links, builds its stage with the user's factory, runs the program for the requested iterations
+and sends its timings (and, when asked, losses, outputs and gradients) to rank 0.
+
+Nothing hangs silently: a watchdog thread in every rank turns "no progress for `timeout`
+seconds" into an error naming the rank, the step and the action, and the parent of spawned ranks
+stops all of them as soon as one fails and reports the first cause.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tessel_dsl.errors import ExecutionError, PlanError, TesselError
+from tessel_dsl.plan import Plan, load_plan, plan_from_json, plan_to_json
+from tessel_dsl.program import Op
+
+from .report import RankResult, RunReport
+
+# The order in which to blame failures: a block that raised beats a rank that stalled, which
+# beats ranks that merely timed out waiting for the others.
+_SEVERITY = {"raised": 0, "stalled": 1, "died": 2, "comm": 3}
+
+
+@dataclass
+class Options:
+    """Everything a rank needs besides the plan."""
+
+    model: str
+    model_args: dict = field(default_factory=dict)
+    backend: str = "gloo"
+    timeout: float = 120.0
+    steps: int = 1
+    warmup: int = 0
+    collect: bool = False
+    grads: bool = False
+
+
+def check_plan(plan: Plan, nproc: int | None = None) -> int:
+    """The world size the plan needs; raises PlanError when the plan cannot run."""
+    spec = plan.spec
+    if not plan.programs:
+        raise PlanError(f"plan {spec.name!r} has no programs: lower it first (tessel search writes them)")
+    if len(plan.programs) != spec.devices or any(p.device != d for d, p in enumerate(plan.programs)):
+        raise PlanError(f"plan {spec.name!r}: expected one program per device 0..{spec.devices - 1}")
+    if nproc is not None and nproc != spec.devices:
+        raise ExecutionError(f"the plan places blocks on {spec.devices} devices but --nproc is {nproc}")
+    for prog in plan.programs:
+        for a in prog.actions:
+            if a.block not in spec.by_name:
+                raise PlanError(f"device {prog.device}: action {a} names unknown block {a.block!r}")
+            if a.op is Op.COMPUTE and prog.device not in spec.block(a.block).devices:
+                raise PlanError(f"device {prog.device} computes {a} but {a.block} is not placed on it")
+    for b in spec.blocks:
+        if b.kind.is_backward and (b.forward not in spec.by_name or
+                                   set(spec.block(b.forward).devices) != set(b.devices)):
+            raise PlanError(f"backward block {b.name!r} must run on the devices of its forward block "
+                            f"({b.forward!r}) to reuse its saved activations")
+    return spec.devices
+
+
+# -- the rank side -----------------------------------------------------------------------------
+
+class _Watchdog:
+    """Calls `on_stall` when `beat` has not been called for `timeout` seconds."""
+
+    def __init__(self, timeout: float, on_stall):
+        self.timeout, self.on_stall = timeout, on_stall
+        self.last, self.where = time.monotonic(), "start-up"
+        self.done = threading.Event()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def beat(self, where: str) -> None:
+        self.last, self.where = time.monotonic(), where
+
+    def _loop(self) -> None:
+        while not self.done.wait(0.2):
+            idle = time.monotonic() - self.last
+            if idle > self.timeout:
+                self.on_stall(f"no progress for {idle:.1f}s at {self.where}")
+                return
+
+
+def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method: str,
+              chan: "Channel | None" = None, local_rank: int | None = None) -> RunReport | None:
+    """Run one rank. Returns the merged report on rank 0 under torchrun, else None."""
+    import torch
+    import torch.distributed as dist
+
+    from .groups import make_groups, warm_up_links
+    from .model_api import StageContext, load_factory
+    from .runtime import RankRunner
+
+    def report(kind: str, msg: str) -> None:
+        if chan is not None:
+            chan.error(rank, kind, msg)
+        else:
+            print(f"error: {msg}", file=sys.stderr, flush=True)
+
+    def stalled(msg: str) -> None:
+        report("stalled", f"rank {rank} stalled: {msg}")
+        os._exit(3)
+
+    dog = _Watchdog(opts.timeout + 1.0, stalled)
+    try:
+        plan = plan_from_json(plan_json)
+        local = rank if local_rank is None else local_rank
+        if opts.backend == "nccl":
+            torch.cuda.set_device(local)
+            device = torch.device("cuda", local)
+        else:
+            device = torch.device("cpu")
+            # Several ranks share the host's cores: one intra-op thread each avoids oversubscription.
+            torch.set_num_threads(int(os.environ.get("TESSEL_RANK_THREADS", "1")))
+        dist.init_process_group(opts.backend, init_method=init_method, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=max(opts.timeout, 1.0)))
+        control = dist.new_group(backend="gloo") if opts.backend != "gloo" else dist.group.WORLD
+        groups = make_groups(plan.spec, opts.backend)
+        dog.beat("building the model")
+        ctx = StageContext(plan.spec, rank, world, device, groups)
+        stage = load_factory(opts.model)(ctx, **opts.model_args)
+        dog.beat("warming up links")
+        warm_up_links(plan.programs, rank, device)
+        prog = plan.programs[rank].actions
+
+        def beat(it: int, i: int, what: str) -> None:
+            dog.beat(f"iteration {it}, step {min(i + 1, len(prog))}/{len(prog)} ({what})")
+            if chan is not None:
+                chan.progress[rank * 3:rank * 3 + 3] = memoryview(array("d", [it, i, time.monotonic()]))
+
+        runner = RankRunner(plan, stage, rank, device, opts.timeout, beat)
+        res = RankResult(rank=rank, device=_device_name(device))
+        for it in range(opts.warmup + opts.steps):
+            for m in stage.modules.values():
+                m.zero_grad(set_to_none=True)
+            dist.barrier(group=control)
+            first = it == 0
+            step = runner.step(it, collect=opts.collect and first)
+            if first:
+                res.losses, res.outputs = step.losses, step.outputs
+                if opts.grads:
+                    res.grads = [(s.name, s.dim, s.start, None if s.param.grad is None else s.param.grad.detach().cpu())
+                                 for s in stage.param_shards()]
+            if it >= opts.warmup:
+                res.steps.append(step.timings)
+        dog.beat("gathering results")
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(res, gathered, dst=0, group=control)
+        dog.done.set()
+        dist.destroy_process_group()
+        if rank == 0:
+            merged = RunReport.from_ranks(plan, gathered, opts.backend)
+            if chan is not None:
+                chan.result(merged)
+            return merged
+        return None
+    except TesselError as e:
+        kind = "comm" if "transfer with rank" in str(e) or "within" in str(e) else "raised"
+        report(kind, str(e))
+    except Exception as e:  # start-up failures: factory, process group, CUDA
+        report("raised", f"rank {rank}: {type(e).__name__}: {e}\n{_tail(traceback.format_exc())}")
+    finally:
+        dog.done.set()
+    if chan is not None:
+        os._exit(1)
+    raise SystemExit(1)
+
+
+def _device_name(device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def _tail(tb: str, lines: int = 6) -> str:
+    return "\n".join(tb.strip().splitlines()[-lines:])
+
+
+# -- the parent side ---------------------------------------------------------------------------
+
+class Channel:
+    """Files in a job directory that a spawned rank reports through: its progress (a shared
+    memory map of three doubles per rank), an error file per rank, and rank 0's result."""
+
+    def __init__(self, job: Path, rank: int, world: int):
+        import mmap
+
+        self.job, self.rank = job, rank
+        self._fh = open(job / "progress", "r+b")
+        self.progress = memoryview(mmap.mmap(self._fh.fileno(), 24 * world)).cast("d")
+
+    def error(self, rank: int, kind: str, msg: str) -> None:
+        _write_atomic(self.job / f"error.{rank}", pickle.dumps((kind, msg)))
+
+    def result(self, report) -> None:
+        _write_atomic(self.job / "result", pickle.dumps(report))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
+    """Start one process per device on this host, wait for them, return rank 0's merged report.
+
+    Ranks are fresh interpreters (``python -m executor.worker``), so nothing of the caller's
+    process -- a CLI, a test runner -- is re-imported or inherited."""
+    world = check_plan(plan, nproc)
+    with tempfile.TemporaryDirectory(prefix="tessel-run-") as tmp:
+        job = Path(tmp)
+        (job / "progress").write_bytes(bytes(24 * world))
+        init = (job / "store").as_uri()
+        (job / "job").write_bytes(pickle.dumps((plan_to_json(plan), opts, world, init)))
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        if _can_fork(opts):
+            _preload(opts.model)
+            procs = [_Forked(job, r, world) for r in range(world)]
+        else:
+            procs = [subprocess.Popen([sys.executable, "-m", "executor.worker", tmp, str(r)], env=env)
+                     for r in range(world)]
+        try:
+            return _supervise(plan, opts, procs, job, world)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            for p in procs:
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+
+def _can_fork(opts: Options) -> bool:
+    """CPU ranks can be forked from this process (no second torch import, which dominates a
+    small run); CUDA cannot survive a fork, and TESSEL_START=spawn forces fresh interpreters."""
+    if opts.backend != "gloo" or os.environ.get("TESSEL_START", "fork") != "fork" or not hasattr(os, "fork"):
+        return False
+    import torch
+
+    return not torch.cuda.is_initialized()
+
+
+def _preload(model: str) -> None:
+    """Import in the parent what every forked rank would otherwise import on its own."""
+    import torch
+    import torch.distributed  # noqa: F401
+    import torch.nn.functional as F
+
+    from . import groups, runtime  # noqa: F401
+    from .model_api import load_factory
+
+    x = torch.ones(2, 2, requires_grad=True)
+    y = F.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None])
+    torch.autograd.backward([y], [torch.ones_like(y)])  # the first call imports sympy
+    try:
+        load_factory(model)
+    except TesselError:
+        pass  # reported by the ranks with the rank's name on it
+
+
+class _Forked:
+    """A forked rank with the `subprocess.Popen` methods the supervisor uses."""
+
+    def __init__(self, job: Path, rank: int, world: int):
+        import multiprocessing as mp
+
+        self.proc = mp.get_context("fork").Process(target=_forked_main, args=(job, rank), daemon=True)
+        self.proc.start()
+
+    def poll(self):
+        return self.proc.exitcode
+
+    @property
+    def returncode(self):
+        return self.proc.exitcode
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def wait(self, timeout: float | None = None):
+        self.proc.join(timeout)
+        if self.proc.exitcode is None:
+            raise subprocess.TimeoutExpired("rank", timeout)
+        return self.proc.exitcode
+
+
+def _forked_main(job: Path, rank: int) -> None:
+    plan_json, opts, world, init = pickle.loads((job / "job").read_bytes())
+    rank_main(rank, world, plan_json, opts, init, Channel(job, rank, world))
+    os._exit(0)
+
+
+def _supervise(plan: Plan, opts: Options, procs, job: Path, world: int) -> RunReport:
+    import mmap
+
+    with open(job / "progress", "r+b") as fh:
+        progress = memoryview(mmap.mmap(fh.fileno(), 24 * world)).cast("d")
+        errors: dict[int, tuple[str, str]] = {}
+        first_error_at: float | None = None
+        last_seen, last_change = [0.0] * world, time.monotonic()
+        while True:
+            time.sleep(0.05)
+            now = time.monotonic()
+            if (job / "result").exists():
+                return pickle.loads((job / "result").read_bytes())
+            for r, p in enumerate(procs):
+                f = job / f"error.{r}"
+                if r not in errors and f.exists():
+                    errors[r] = pickle.loads(f.read_bytes())
+                elif r not in errors and p.poll() not in (None, 0):
+                    time.sleep(0.2)  # let a failing rank's own message land first
+                    if f.exists():
+                        errors[r] = pickle.loads(f.read_bytes())
+                    else:
+                        errors[r] = ("died", f"rank {r} died (exit code {p.returncode}) at {_where(plan, progress, r)}")
+                if progress[r * 3 + 2] != last_seen[r]:
+                    last_seen[r], last_change = progress[r * 3 + 2], now
+            if errors and first_error_at is None:
+                first_error_at = now
+            if first_error_at is not None and now - first_error_at > 3.0:
+                break
+            if first_error_at is None and all(p.poll() is not None for p in procs):
+                if (job / "result").exists():
+                    continue
+                errors[0] = ("died", "all ranks exited without a result")
+                break
+            if first_error_at is None and now - last_change > opts.timeout + 30:
+                for r in range(world):
+                    errors[r] = ("stalled", f"rank {r} made no progress for {now - last_change:.0f}s "
+                                            f"at {_where(plan, progress, r)}")
+                break
+        ranked = sorted(errors.items(), key=lambda kv: (_SEVERITY.get(kv[1][0], 9), kv[0]))
+        head = ranked[0][1][1]
+        others = [msg.splitlines()[0] for _, (_, msg) in ranked[1:]]
+        progress.release()
+    more = ("\nother ranks:\n  " + "\n  ".join(others)) if others else ""
+    raise ExecutionError(head + more)
+
+
+def _where(plan: Plan, progress, rank: int) -> str:
+    it, i = int(progress[rank * 3]), int(progress[rank * 3 + 1])
+    acts = plan.programs[rank].actions
+    what = str(acts[i]) if i < len(acts) else "end of step"
+    return f"iteration {it}, step {min(i + 1, len(acts))}/{len(acts)} ({what})"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load(plan: Plan | str | os.PathLike) -> Plan:
+    return plan if isinstance(plan, Plan) else load_plan(plan)

@@ -1,0 +1,234 @@
+"""Pieces the shipped models share: tensor-parallel autograd functions, a transformer layer, a
+generic `BlockStage`, the single-process reference step, and model-argument parsing.
+
+The parallel functions follow Megatron-LM's conjugate pairs: `copy_to_group` is the identity
+forward and an all-reduce of gradients backward; `reduce_from_group` all-reduces forward and
+passes the gradient through unchanged. With one of each around a sharded region, every rank ends
+with the full activation and the full gradient of the region's input.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from tessel_dsl.ir import Spec
+
+from ..model_api import ParamShard, TensorMeta
+
+DTYPES = {"f32": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+class _CopyToGroup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous().clone()
+        dist.all_reduce(g, group=ctx.group)
+        return g, None
+
+
+class _ReduceFromGroup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.contiguous().clone()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+def copy_to_group(x: torch.Tensor, group) -> torch.Tensor:
+    return _CopyToGroup.apply(x, group) if group is not None else x
+
+
+def reduce_from_group(x: torch.Tensor, group) -> torch.Tensor:
+    return _ReduceFromGroup.apply(x, group) if group is not None else x
+
+
+def shard_range(n: int, ranks: tuple[int, ...], rank: int) -> tuple[int, int]:
+    """The slice [lo, hi) of `n` rows that `rank` holds among `ranks` (near-equal parts)."""
+    k, i = len(ranks), sorted(ranks).index(rank)
+    base, extra = divmod(n, k)
+    lo = i * base + min(i, extra)
+    return lo, lo + base + (1 if i < extra else 0)
+
+
+class VocabEmbedding(nn.Module):
+    """Rows [lo, hi) of an embedding table; rows outside the shard contribute zeros, and the
+    all-reduce over the group assembles the full lookup on every rank."""
+
+    def __init__(self, weight: torch.Tensor, lo: int, group):
+        super().__init__()
+        self.weight = nn.Parameter(weight.detach().clone())
+        self.lo, self.group = lo, group
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hi = self.lo + self.weight.shape[0]
+        inside = (tokens >= self.lo) & (tokens < hi)
+        local = torch.where(inside, tokens - self.lo, torch.zeros_like(tokens))
+        out = F.embedding(local, self.weight) * inside.unsqueeze(-1).to(self.weight.dtype)
+        return reduce_from_group(out, self.group)
+
+
+def vocab_parallel_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, lo: int, group) -> torch.Tensor:
+    """Mean cross entropy of logits sharded on the last dim (columns [lo, lo + width))."""
+    logits = logits.float()
+    m = logits.detach().amax(-1, keepdim=True)
+    if group is not None:
+        dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
+    z = logits - m
+    total = reduce_from_group(z.exp().sum(-1), group)
+    inside = (labels >= lo) & (labels < lo + logits.shape[-1])
+    local = torch.where(inside, labels - lo, torch.zeros_like(labels))
+    picked = z.gather(-1, local.unsqueeze(-1)).squeeze(-1) * inside.to(z.dtype)
+    target = reduce_from_group(picked, group)
+    return (total.log() - target).mean()
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int, heads: int, causal: bool, cross: bool = False, **kw):
+        super().__init__()
+        self.heads, self.causal, self.cross = heads, causal, cross
+        self.q = nn.Linear(d, d, **kw)
+        self.kv = nn.Linear(d, 2 * d, **kw)
+        self.out = nn.Linear(d, d, **kw)
+
+    def forward(self, x: torch.Tensor, mem: torch.Tensor | None = None) -> torch.Tensor:
+        b, s, d = x.shape
+        src = x if mem is None else mem
+        q = self.q(x).view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        k, v = self.kv(src).view(b, src.shape[1], 2, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and mem is None)
+        return self.out(y.transpose(1, 2).reshape(b, s, d))
+
+
+class TransformerLayer(nn.Module):
+    """Pre-norm transformer layer; with `cross` it also attends to an encoder output."""
+
+    def __init__(self, d: int, heads: int, causal: bool = True, cross: bool = False, **kw):
+        super().__init__()
+        self.n1 = nn.LayerNorm(d, **kw)
+        self.attn = Attention(d, heads, causal, **kw)
+        self.cross = cross
+        if cross:
+            self.n2 = nn.LayerNorm(d, **kw)
+            self.xattn = Attention(d, heads, False, cross=True, **kw)
+        self.n3 = nn.LayerNorm(d, **kw)
+        self.fc1 = nn.Linear(d, 4 * d, **kw)
+        self.fc2 = nn.Linear(4 * d, d, **kw)
+
+    def forward(self, x: torch.Tensor, mem: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.n1(x))
+        if self.cross:
+            x = x + self.xattn(self.n2(x), mem)
+        return x + self.fc2(F.gelu(self.fc1(self.n3(x))))
+
+
+def split_evenly(n: int, parts: int) -> list[range]:
+    """`n` items in `parts` consecutive ranges, earlier ranges one longer when uneven."""
+    base, extra = divmod(n, parts)
+    out, lo = [], 0
+    for i in range(parts):
+        hi = lo + base + (1 if i < extra else 0)
+        out.append(range(lo, hi))
+        lo = hi
+    return out
+
+
+class Fn(nn.Module):
+    """A block module made of a function over registered sub-modules."""
+
+    def __init__(self, fn: Callable[..., Any], **parts: nn.Module):
+        super().__init__()
+        self.fn = fn
+        for k, v in parts.items():
+            setattr(self, k, v)
+
+    def forward(self, *args):
+        return self.fn(self, *args)
+
+
+@dataclass
+class BlockStage:
+    """A ready-made `StageModel`: modules, output metas, a data function and parameter shards."""
+
+    modules: dict[str, nn.Module]
+    metas: dict[str, tuple[TensorMeta, ...]]
+    data_fn: Callable[[str, int], tuple[torch.Tensor, ...]]
+    shards: list[ParamShard]
+
+    def meta(self, block: str) -> tuple[TensorMeta, ...]:
+        return self.metas[block]
+
+    def data(self, block: str, mb: int) -> tuple[torch.Tensor, ...]:
+        return self.data_fn(block, mb)
+
+    def param_shards(self) -> list[ParamShard]:
+        return self.shards
+
+
+def full_shards(module: nn.Module, prefix: str) -> list[ParamShard]:
+    return [ParamShard(f"{prefix}.{n}" if prefix else n, p) for n, p in module.named_parameters()]
+
+
+def reference_step(model: nn.Module, microbatches: int) -> tuple[float, dict[str, torch.Tensor]]:
+    """One single-process step: mean loss over micro-batches and every parameter's gradient."""
+    model.zero_grad(set_to_none=True)
+    losses = []
+    for mb in range(microbatches):
+        loss = model.loss(mb) / microbatches
+        loss.backward()
+        losses.append(float(loss.detach()) * microbatches)
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return sum(losses) / len(losses), grads
+
+
+def parse_model_args(items: list[str] | None) -> dict[str, Any]:
+    """``["layers=8", "dtype=bf16"]`` -> ``{"layers": 8, "dtype": "bf16"}`` (ints and floats parsed)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ValueError(f"expected K=V, got {item!r}")
+        v = v.strip()
+        for cast in (int, float):
+            try:
+                out[k.strip()] = cast(v)
+                break
+            except ValueError:
+                continue
+        else:
+            out[k.strip()] = v
+    return out
+
+
+def init_seed(seed: int, device: torch.device) -> None:
+    torch.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.manual_seed(seed)
+
+
+def mb_generator(seed: int, mb: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed * 1_000_003 + mb)
+    return g
+
+
+def scale_init(model: nn.Module, layers: int) -> None:
+    """Shrink residual-branch outputs so deep tiny models stay well conditioned."""
+    for name, p in model.named_parameters():
+        if name.endswith(("fc2.weight", "out.weight")):
+            with torch.no_grad():
+                p.mul_(1.0 / math.sqrt(2 * max(1, layers)))

@@ -1,0 +1,105 @@
+"""What a run returns: per-rank results merged into one measured timeline, and the numbers
+(iteration time, per-device busy and wait time) measured and replayed from the plan."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessel_dsl.plan import Plan
+
+from .trace import Event, block_durations, replay, summarize
+
+
+@dataclass
+class RankResult:
+    """One rank's share: timings of every measured iteration, and first-iteration values."""
+
+    rank: int
+    device: str = "cpu"
+    steps: list[list[tuple[str, float, float]]] = field(default_factory=list)
+    losses: dict[int, float] = field(default_factory=dict)
+    outputs: dict[tuple[str, int], Any] = field(default_factory=dict)
+    grads: list[tuple[str, int | None, int, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RunReport:
+    """The merged outcome of `executor.run`.
+
+    `timelines[i]` holds iteration i's events ``(device, action, start_s, end_s)``; `iterations`
+    the iteration times (slowest device); `losses` maps micro-batch to loss (training);
+    `outputs` maps (sink block, micro-batch) to its output tensors (inference); `grads` lists
+    ``(reference name, dim, start, grad)`` from every rank.
+    """
+
+    plan: Plan
+    backend: str
+    device: str
+    timelines: list[list[Event]]
+    losses: dict[int, float] = field(default_factory=dict)
+    outputs: dict[tuple[str, int], Any] = field(default_factory=dict)
+    grads: list[tuple[str, int | None, int, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_ranks(cls, plan: Plan, ranks: list[RankResult], backend: str) -> "RunReport":
+        ranks = sorted(ranks, key=lambda r: r.rank)
+        n = min(len(r.steps) for r in ranks)
+        timelines = [[(r.rank, a, s, e) for r in ranks for a, s, e in r.steps[i]] for i in range(n)]
+        rep = cls(plan, backend, ranks[0].device, timelines)
+        for r in ranks:
+            for mb, loss in r.losses.items():
+                rep.losses.setdefault(mb, loss)
+            for k, v in r.outputs.items():
+                rep.outputs.setdefault(k, v)
+            rep.grads.extend(r.grads)
+        return rep
+
+    # -- numbers ---------------------------------------------------------------------------
+    @property
+    def iterations(self) -> list[float]:
+        return [summarize(t, self.plan.spec.devices)["iteration"] for t in self.timelines]
+
+    def median_index(self) -> int:
+        its = self.iterations
+        med = statistics.median_low(its)
+        return its.index(med)
+
+    @property
+    def loss(self) -> float | None:
+        return sum(self.losses.values()) / len(self.losses) if self.losses else None
+
+    def measured(self) -> dict:
+        """Iteration time and per-device busy/wait of the median iteration."""
+        return summarize(self.timelines[self.median_index()], self.plan.spec.devices)
+
+    def simulated(self) -> dict:
+        """The plan replayed with the median iteration's block durations and free transfers."""
+        events = self.timelines[self.median_index()]
+        return summarize(replay(self.plan, block_durations(events, self.plan)), self.plan.spec.devices)
+
+    def summary(self) -> dict:
+        """JSON-ready numbers for `--json` and the benchmarks."""
+        m, s = self.measured(), self.simulated()
+        mb = self.plan.schedule.microbatches
+        return {
+            "plan": self.plan.spec.name,
+            "schedule": self.plan.schedule.name,
+            "blocking": bool(self.plan.programs and self.plan.programs[0].blocking),
+            "backend": self.backend,
+            "device": self.device,
+            "devices": self.plan.spec.devices,
+            "microbatches": mb,
+            "iterations": self.iterations,
+            "measured": m,
+            "simulated": s,
+            "throughput_mb_per_s": mb / m["iteration"] if m["iteration"] else 0.0,
+            "wait_share_measured": _share(m),
+            "wait_share_simulated": _share(s),
+            "loss": self.loss,
+        }
+
+
+def _share(d: dict) -> list[float]:
+    it = d["iteration"]
+    return [w / it if it else 0.0 for w in d["wait"]]

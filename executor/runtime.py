@@ -1,0 +1,223 @@
+"""The per-rank program loop: run one device's actions in order, exactly as the plan says.
+
+Forward blocks call the user's block modules on detached inputs, so each block is its own autograd
+island and a backward block can return the gradients of exactly its block's inputs. Backward blocks
+replay autograd on the saved forward of their micro-batch, seeded with the gradient of the block's
+outputs (received or local) or, for the loss block, with 1/N. A split backward runs the input
+gradient first (keeping the graph) and the weight gradient later.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from tessel_dsl.errors import ExecutionError
+from tessel_dsl.ir import Kind, Mode, Spec
+from tessel_dsl.plan import Plan
+from tessel_dsl.program import Action, Op
+
+from .comm import CommTimeout, MessageManager
+from .model_api import StageModel, backward_of, forward_preds, forward_succs, grad_meta, grad_slice
+
+Key = tuple[str, int]
+
+
+@dataclass
+class StepResult:
+    """What one rank saw in one iteration: action timings (seconds from the step start) and,
+    when asked, the losses of the micro-batches whose loss block ran here and sink outputs."""
+
+    timings: list[tuple[str, float, float]] = field(default_factory=list)
+    losses: dict[int, float] = field(default_factory=dict)
+    outputs: dict[Key, torch.Tensor] = field(default_factory=dict)
+
+
+class RankRunner:
+    """Executes `plan.programs[rank]` with the blocks of `stage`."""
+
+    def __init__(self, plan: Plan, stage: StageModel, rank: int, device: torch.device, timeout: float,
+                 progress: Callable[[int, int, str], None] | None = None):
+        self.plan, self.spec, self.stage, self.rank, self.device = plan, plan.spec, stage, rank, device
+        self.program = plan.programs[rank]
+        self.train = plan.spec.mode is Mode.TRAIN
+        self.scale = 1.0 / max(1, plan.schedule.microbatches)
+        self.progress = progress or (lambda *_: None)
+        tags = {b.name: i for i, b in enumerate(plan.spec.blocks)}
+        self.comm = MessageManager(device, timeout, tags)
+        self.uses = self._count_uses()
+
+    # -- reading the program ---------------------------------------------------------------
+    def _reads(self, a: Action) -> list[Key]:
+        spec, b = self.spec, self.spec.block(a.block)
+        if a.op is Op.SEND:
+            return [(a.block, a.mb)]
+        if a.op is not Op.COMPUTE:
+            return []
+        if not b.kind.is_backward:
+            return [(p, a.mb) for p in forward_preds(spec, a.block)]
+        if b.kind is Kind.WEIGHT_GRAD:
+            return []
+        return [(bs, a.mb) for s in forward_succs(spec, b.forward) if (bs := backward_of(spec, s))]
+
+    def _count_uses(self) -> Counter:
+        return Counter(k for a in self.program.actions for k in self._reads(a))
+
+    def is_loss_block(self, name: str) -> bool:
+        return self.train and not forward_succs(self.spec, name) and backward_of(self.spec, name) is not None
+
+    # -- one iteration ---------------------------------------------------------------------
+    def step(self, iteration: int, collect: bool = False) -> StepResult:
+        """Run the whole program once; raises ExecutionError naming rank, step and action."""
+        self.values: dict[Key, tuple[torch.Tensor, ...]] = {}
+        self.saved: dict[Key, tuple] = {}
+        self.left = Counter(self.uses)
+        result = StepResult()
+        cuda = self.device.type == "cuda"
+        events: list[tuple[str, object, object]] = []
+        t0 = time.perf_counter()
+        if cuda:
+            e0 = torch.cuda.Event(enable_timing=True)
+            e0.record()
+        n = len(self.program.actions)
+        for i, a in enumerate(self.program.actions):
+            self.progress(iteration, i, str(a))
+            where = f"rank {self.rank}, iteration {iteration}, step {i + 1}/{n} ({a})"
+            start = torch.cuda.Event(enable_timing=True) if cuda else time.perf_counter()
+            if cuda:
+                start.record()
+            try:
+                self._execute(a, result, collect)
+            except ExecutionError:
+                raise
+            except CommTimeout as e:
+                raise ExecutionError(f"{where}: {e}") from None
+            except Exception as e:  # the user's block code: report where it broke
+                raise ExecutionError(f"{where}: {type(e).__name__}: {e}") from e
+            if cuda:
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                events.append((str(a), start, end))
+            else:
+                result.timings.append((str(a), start - t0, time.perf_counter() - t0))
+        self.progress(iteration, n, "end of step (waiting for sends)")
+        try:
+            self.comm.drain()
+        except CommTimeout as e:
+            raise ExecutionError(f"rank {self.rank}, iteration {iteration}, end of step: {e}") from None
+        if cuda:
+            torch.cuda.synchronize(self.device)
+            result.timings = [(s, e0.elapsed_time(a) / 1e3, e0.elapsed_time(b) / 1e3) for s, a, b in events]
+        self.values.clear()
+        self.saved.clear()
+        return result
+
+    def _use(self, key: Key) -> tuple[torch.Tensor, ...]:
+        if key not in self.values:
+            raise ExecutionError(
+                f"rank {self.rank} needs {key[0]}:{key[1]}, which it neither computed nor received "
+                f"(is an edge missing from the spec, or was the plan lowered for another spec?)")
+        value = self.values[key]
+        self.left[key] -= 1
+        if self.left[key] <= 0:
+            del self.values[key]
+        return value
+
+    def _execute(self, a: Action, result: StepResult, collect: bool) -> None:
+        comm = self.comm
+        if a.op is Op.SEND:
+            comm.post_send(a.block, a.mb, self._use((a.block, a.mb)), a.peers)
+            if self.program.blocking:
+                comm.wait_sends()
+        elif a.op is Op.RECV:
+            comm.post_recv(a.block, a.mb, self._message_meta(a.block), a.peers[0])
+            if self.program.blocking:
+                self.values[(a.block, a.mb)] = comm.wait_recv(a.block, a.mb)
+        elif a.op is Op.WAIT:
+            self.values[(a.block, a.mb)] = comm.wait_recv(a.block, a.mb)
+        else:
+            kind = self.spec.block(a.block).kind
+            if kind.is_backward:
+                self._backward(a.block, a.mb)
+            else:
+                self._forward(a.block, a.mb, result, collect)
+
+    def _message_meta(self, block: str):
+        b = self.spec.block(block)
+        if b.kind.is_backward:
+            return grad_meta(self.spec, self.stage, b.forward)
+        return self.stage.meta(block)
+
+    # -- compute ---------------------------------------------------------------------------
+    def _forward(self, name: str, mb: int, result: StepResult, collect: bool) -> None:
+        module = self.stage.modules.get(name)
+        if module is None:
+            raise ExecutionError(f"rank {self.rank}: the model has no module for block {name!r}")
+        inputs: list[torch.Tensor] = []
+        for p in forward_preds(self.spec, name):
+            for t in self._use((p, mb)):
+                if self.train and t.is_floating_point():
+                    t = t.detach().requires_grad_(True)
+                inputs.append(t)
+        data = tuple(self.stage.data(name, mb))
+        with torch.set_grad_enabled(self.train):
+            out = module(*inputs, *data)
+        out = out if isinstance(out, tuple) else (out,)
+        if self.train and backward_of(self.spec, name) is not None:
+            self.saved[(name, mb)] = (inputs, out)
+        if self.is_loss_block(name):
+            if collect:
+                result.losses[mb] = float(out[0].detach())
+        elif collect and not self.spec.succs[name]:
+            result.outputs[(name, mb)] = tuple(o.detach().cpu() for o in out)
+        if self.left[(name, mb)] > 0:
+            self.values[(name, mb)] = tuple(o.detach() for o in out)
+
+    def _output_grads(self, fwd: str, mb: int, outs: tuple[torch.Tensor, ...]) -> list[torch.Tensor | None]:
+        """Gradient of each output tensor of `fwd`: 1/N for the loss, else summed over consumers."""
+        if self.is_loss_block(fwd):
+            return [torch.full_like(outs[0], self.scale)] + [None] * (len(outs) - 1)
+        floats = [i for i, o in enumerate(outs) if o.is_floating_point()]
+        grads: list[torch.Tensor | None] = [None] * len(outs)
+        for s in forward_succs(self.spec, fwd):
+            bs = backward_of(self.spec, s)
+            if bs is None:
+                continue
+            part = self._use((bs, mb))[grad_slice(self.spec, self.stage, s, fwd)]
+            for i, g in zip(floats, part):
+                grads[i] = g if grads[i] is None else grads[i] + g
+        return grads
+
+    def _backward(self, name: str, mb: int) -> None:
+        b = self.spec.block(name)
+        fwd = b.forward
+        if fwd is None:
+            raise ExecutionError(f"backward block {name!r} does not name its forward block")
+        if b.kind is Kind.WEIGHT_GRAD:
+            inputs, outs, grads = self.saved.pop((fwd, mb))
+            params = [p for p in self.stage.modules[fwd].parameters() if p.requires_grad]
+            if outs and params:
+                torch.autograd.backward(outs, grads, inputs=params)
+            return
+        keep = b.kind is Kind.INPUT_GRAD
+        inputs, outs = self.saved[(fwd, mb)] if keep else self.saved.pop((fwd, mb))
+        grads = self._output_grads(fwd, mb, outs)
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        leaves = [t for t in inputs if t.is_floating_point()]
+        t_outs, t_grads = [o for o, _ in pairs], [g for _, g in pairs]
+        if keep:
+            need = [t for t in leaves if t.requires_grad]
+            got = torch.autograd.grad(t_outs, need, t_grads, retain_graph=True, allow_unused=True) if pairs and need else []
+            by_id = {id(t): g for t, g in zip(need, got)}
+            in_grads = [by_id.get(id(t)) for t in leaves]
+            self.saved[(fwd, mb)] = (inputs, tuple(t_outs), tuple(t_grads))
+        else:
+            if pairs:
+                torch.autograd.backward(t_outs, t_grads)
+            in_grads = [t.grad for t in leaves]
+        if self.left[(name, mb)] > 0:
+            self.values[(name, mb)] = tuple(
+                g if g is not None else torch.zeros_like(t) for g, t in zip(in_grads, leaves))
