@@ -16,21 +16,29 @@ compacts them into start times and validates the result. Definitions:
 from __future__ import annotations
 
 from ..analysis import resident_memory
-from ..errors import InfeasibleError
+from ..errors import InfeasibleError, ScheduleError
 from ..ir import Spec
 from .chain import Chain, NotApplicable, Stage, components, find_chain, reachable
 from .listsched import Key, play_greedy, play_queues
 
 
 def gpipe_orders(spec: Spec, n: int) -> list[list[Key]]:
-    """All forward-side blocks (micro-batch by micro-batch), then all backward-side blocks."""
-    topo = {name: i for i, name in enumerate(spec.topo_order)}
+    """All forward-side blocks, then all backward-side blocks.
+
+    Inside a phase, blocks go by their depth within that phase, then by micro-batch: on a chain
+    this is exactly GPipe's order, and where two chains share a device (X-shape) neither waits
+    for the other's deeper blocks. (phase, depth, micro-batch) respects every dependency, so the
+    orders cannot deadlock.
+    """
     phase: dict[str, int] = {}
+    depth: dict[str, int] = {}
     for name in spec.topo_order:  # a block after any backward block belongs to the backward phase
         b = spec.block(name)
         phase[name] = int(b.kind.is_backward or any(phase[p] for p in spec.preds[name]))
+        same = [depth[p] + spec.block(p).time for p in spec.preds[name] if phase[p] == phase[name]]
+        depth[name] = max(same, default=0)
     keys = sorted(((b.name, mb) for mb in range(n) for b in spec.blocks),
-                  key=lambda k: (phase[k[0]], k[1], topo[k[0]]))
+                  key=lambda k: (phase[k[0]], depth[k[0]], k[1], k[0]))
     orders: list[list[Key]] = [[] for _ in range(spec.devices)]
     for k in keys:
         for d in spec.block(k[0]).devices:
@@ -123,6 +131,11 @@ def chimera_orders(spec: Spec, n: int) -> list[list[Key]]:
     orders: list[list[Key]] = [[] for _ in range(spec.devices)]
     for first in range(0, n, unit):
         keys = [(b.name, mb) for mb in range(first, min(n, first + unit)) for b in spec.blocks]
-        for d, row in enumerate(play_greedy(spec, keys, priority)):
+        try:
+            unit_orders = play_greedy(spec, keys, priority)
+        except ScheduleError:
+            raise NotApplicable(f"Chimera's basic unit ({unit} micro-batches per direction) does not fit "
+                                f"memory M={spec.memory}") from None
+        for d, row in enumerate(unit_orders):
             orders[d] += row
     return orders

@@ -1,0 +1,162 @@
+"""`tessel compare`: Tessel next to GPipe, 1F1B, 1F1B+, Chimera (and TO) on the same spec."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app, console, err_console, parse_sets
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:g}" if float(x).is_integer() else f"{x:.2f}"
+
+
+def render_rows(title: str, rows) -> list:
+    """One spec's comparison: a rich table, then why each n/a or failed schedule has no numbers."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    from rich import box
+
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    for col, just in (("schedule", "left"), ("N", "right"), ("makespan", "right"), ("bubble", "right"),
+                      ("period(LB)", "right"), ("steady", "right"), ("peak/M", "right"),
+                      ("vs TO", "right"), ("time", "right")):
+        table.add_column(col, justify=just, no_wrap=True)
+    why = []
+    unproven = False
+    for r in rows:
+        if r.status != "ok":
+            shown = "n/a" if r.status == "n/a" else r.status
+            table.add_row(r.schedule, str(r.microbatches), f"[dim]{shown}[/]" if shown == "n/a" else f"[red]{shown}[/]",
+                          *([""] * 6))
+            why.append(Text.from_markup(f"  [dim]{escape(r.schedule)} {shown}: {escape(r.reason)}[/]"))
+            continue
+        mem = f"{max(r.peak_memory, default=0)}/{r.memory_limit}"
+        if r.over_memory:
+            mem = f"[bold red]{mem} >M[/]"
+        period = "-" if r.period is None else f"{_num(r.period)} ({r.lower_bound})"
+        name = escape(r.schedule)
+        if r.schedule in ("to", "tessel") and r.proven is False:
+            name += "[yellow]*[/]"
+            unproven = True
+        gap = "-" if r.gap_to_optimal is None else f"{r.gap_to_optimal:+.1%}"
+        seconds = "" if r.seconds is None else f"{r.seconds:.1f}s"
+        table.add_row(name, str(r.microbatches), str(r.makespan), _pct(r.bubble), period,
+                      _pct(r.steady_bubble), mem, gap, seconds)
+    if unproven:
+        why.append(Text.from_markup("  [yellow]*[/] time limit reached: best schedule found, optimality not proven"))
+    return [table, *why]
+
+
+def _render_table3(rows) -> "Table":
+    from rich.table import Table
+
+    from ..baselines.table3 import COLUMNS
+
+    table = Table(title="Table 3: steady-state bubble rate of training schedules (measured / paper)",
+                  title_justify="left", header_style="bold")
+    table.add_column("model")
+    table.add_column("placement")
+    for c in COLUMNS:
+        table.add_column({"1f1b": "1F1B (V)", "chimera": "Chimera-direct (X)", "1f1b+": "1F1B+",
+                          "tessel": "Tessel"}[c], justify="right")
+    for row in rows:
+        cells = []
+        for cell, paper in zip(row.cells, row.paper):
+            got = "x" if cell.status == "n/a" else (cell.status if cell.status != "ok" else _pct(cell.steady_bubble))
+            want = "x" if paper is None else f"{paper:g}%"
+            cells.append(f"{got} / {want}")
+        table.add_row(row.model, row.placement, *cells)
+    return table
+
+
+def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
+    """(spec, given schedules) from a .tsl spec or a plan file."""
+    if path.suffix == ".json":
+        from ..plan import load_plan
+
+        if sets or mode:
+            raise typer.BadParameter("--set and --mode apply to a .tsl spec, not to a plan file",
+                                     param_hint="--set/--mode")
+        plan = load_plan(path)
+        return plan.spec, ((f"plan:{plan.schedule.name}", plan.schedule),)
+    from ..parser import parse_file
+
+    return parse_file(path, sets=sets or None, mode=mode), ()
+
+
+@app.command()
+def compare(
+    specs: Optional[list[Path]] = typer.Argument(None, help="Specs (.tsl) or plan files (plan.json) to compare on."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
+                                               help="Micro-batches N (default: each spec's N)."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a spec parameter: --set K=V."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (default: the spec's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of tables."),
+    to: bool = typer.Option(False, "--to", help="Also solve the time-optimal schedule (TO; small N only)."),
+    to_limit: float = typer.Option(60.0, "--to-limit", min=0.1, help="Time limit of the TO solve, seconds."),
+    schedule: Optional[list[str]] = typer.Option(None, "--schedule", "-s",
+                                                 help="Only these: tessel, gpipe, 1f1b, 1f1b+, chimera (repeatable)."),
+    solver: str = typer.Option("auto", "--solver", help="auto, cpsat or z3 (Tessel search and TO)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.1,
+                                               help="Time limit of the Tessel search, seconds."),
+    table3: bool = typer.Option(False, "--table3", help="Reproduce the paper's Table 3 from --specs-dir."),
+    specs_dir: Path = typer.Option(Path("specs"), "--specs-dir", help="Where --table3 finds the shipped specs."),
+) -> None:
+    """Makespan, bubble, steady-state period and peak memory of each schedule, side by side."""
+    from ..baselines.compare import SCHEDULES
+    from ..baselines.compare import compare as run_compare
+
+    overrides = parse_sets(sets)
+    if mode is not None and mode not in ("train", "infer"):
+        raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")
+    chosen = tuple(schedule) if schedule else SCHEDULES
+    unknown = [s for s in chosen if s not in SCHEDULES]
+    if unknown:
+        raise typer.BadParameter(f"unknown schedule {unknown[0]!r} (choose from {', '.join(SCHEDULES)})",
+                                 param_hint="--schedule")
+    if table3:
+        from ..baselines.table3 import table3 as run_table3
+
+        with err_console.status("measuring Table 3 (Tessel searches included)..."):
+            rows3 = run_table3(specs_dir, solver=solver, time_limit=time_limit or 120.0)
+        if as_json:
+            print(json.dumps([asdict(r) for r in rows3], indent=1))
+        else:
+            console.print(_render_table3(rows3))
+        return
+    if not specs:
+        raise typer.BadParameter("give at least one spec (or --table3)", param_hint="SPECS")
+    everything = []
+    for path in specs:
+        spec, given = _load(path, overrides, mode)
+        names = tuple(s for s in chosen if not (given and s == "tessel"))
+        with err_console.status(f"comparing schedules on {spec.name}..."):
+            rows = run_compare(spec, microbatches, schedules=names, to=to, to_time_limit=to_limit,
+                               solver=solver, time_limit=time_limit, given=given)
+        if as_json:
+            everything.append({"spec": spec.name, "file": str(path), "devices": spec.devices,
+                               "memory": spec.memory, "mode": spec.mode.value,
+                               "rows": [asdict(r) for r in rows]})
+            continue
+        from ..analysis import lower_bound
+
+        title = (f"{spec.name} ({path}): D={spec.devices}, M={spec.memory}, {spec.mode.value}, "
+                 f"lower bound {lower_bound(spec)} per micro-batch")
+        for part in render_rows(title, rows):
+            console.print(part, soft_wrap=True)
+    if as_json:
+        print(json.dumps(everything, indent=1))
