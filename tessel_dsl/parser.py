@@ -259,7 +259,15 @@ def parse(text: str, file: str = "<string>", sets: dict[str, str] | None = None,
     """Parse and check `.tsl` text; `sets` overrides parameters, `mode` the file's train/infer."""
     if not isinstance(text, str):
         raise SpecError([Diagnostic("bad-input", f"spec text must be a string, got {type(text).__name__}")])
-    return build_spec(parse_module(text, file), sets, mode)
+    try:
+        module = parse_module(text, file)
+    except RecursionError:  # the tree is built recursively; absurd nesting cannot be read
+        raise _syntax_error(text, file, 1, 1, "this file nests expressions too deeply to read") from None
+    try:
+        return build_spec(module, sets, mode)
+    except RecursionError:
+        raise SpecError([Diagnostic("too-large", "expressions are nested too deeply to evaluate",
+                                    Location(file, 1, 1))]) from None
 
 
 def parse_file(path, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:

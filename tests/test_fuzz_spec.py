@@ -85,3 +85,10 @@ def test_truncated_and_spliced_specs(source, data):
     cut2 = data.draw(st.integers(0, len(other)))
     _parse_only_tessel_errors(text[:cut], str(path))
     _parse_only_tessel_errors(text[:cut] + other[cut2:], str(path))
+
+
+def test_absurd_nesting_is_a_clear_error():
+    for text in ["devices " + "-" * 5000 + "1\nmemory 1\n",
+                 "devices 1\nmemory 1\nforward A on 0 time " + "+".join(["1"] * 3000) + "\n",
+                 "devices " + "(" * 3000 + "1" + ")" * 3000 + "\nmemory 1\nforward A on 0 time 1\n"]:
+        _parse_only_tessel_errors(text)
