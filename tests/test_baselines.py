@@ -1,0 +1,262 @@
+"""Baseline schedules: validity over many N, 1F1B's closed form, golden grids, applicability."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tessel_dsl.baselines import NotApplicable, build
+from tessel_dsl.baselines.compare import baseline_row
+from tessel_dsl.errors import TesselError
+from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
+from tessel_dsl.validate import validate
+
+ROOT = Path(__file__).resolve().parent.parent
+F, B = Kind.FORWARD, Kind.BACKWARD
+
+
+# --- the paper's placements, built in Python (costs as in DESIGN.md: F 1/+1, B 3/-1, shared 1/0) ---
+
+def _spec(name, d, m, blocks, edges, n, infer=False) -> Spec:
+    if infer:
+        blocks = [replace(b, memory=0) for b in blocks if not b.kind.is_backward]
+        keep = {b.name for b in blocks}
+        edges = [(a, c) for a, c in edges if a in keep and c in keep]
+    return Spec(name, d, m, tuple(blocks), tuple(Edge(a, c) for a, c in edges), n,
+                Mode.INFER if infer else Mode.TRAIN)
+
+
+def _seq(names):
+    return list(zip(names, names[1:]))
+
+
+def _stages(d, devs=None, tag="", tb=3):
+    devs = list(range(d)) if devs is None else devs
+    fw = [Block(f"{tag}F{i}", F, (dev,), 1, 1) for i, dev in enumerate(devs)]
+    bw = [Block(f"{tag}B{i}", B, (dev,), tb, -1) for i, dev in enumerate(devs)]
+    return fw, bw
+
+
+def vshape(d=4, n=4, m=None, infer=False, tb=3) -> Spec:
+    fw, bw = _stages(d, tb=tb)
+    return _spec("vshape", d, d if m is None else m, fw + bw, _seq([b.name for b in fw + bw[::-1]]), n, infer)
+
+
+def xshape(d=4, n=4, m=None, infer=False, tb=3) -> Spec:
+    blocks, edges = [], []
+    for tag, devs in (("D", list(range(d))), ("U", list(reversed(range(d))))):
+        fw, bw = _stages(d, devs, tag, tb)
+        blocks += fw + bw
+        edges += _seq([b.name for b in fw + bw[::-1]])
+    return _spec("xshape", d, d if m is None else m, blocks, edges, n, infer)
+
+
+def mshape(d=4, n=6, m=6, infer=False) -> Spec:
+    fw, bw = _stages(d)
+    alld = tuple(range(d))
+    blocks = [Block("E", F, alld, 1, 0)] + fw + bw + [Block("EB", B, alld, 1, 0)]
+    return _spec("mshape", d, m, blocks, _seq(["E"] + [b.name for b in fw + bw[::-1]] + ["EB"]), n, infer)
+
+
+def nnshape(d=4, n=6, m=6, infer=False) -> Spec:
+    fw, bw = _stages(d)
+    alld, h = tuple(range(d)), d // 2
+    shared = [Block(x, F if x in ("E1", "E2") else B, alld, 1, 0) for x in ("E1", "E2", "E2B", "E1B")]
+    names = (["E1"] + [f"F{i}" for i in range(h)] + ["E2"] + [f"F{i}" for i in range(h, d)]
+             + [f"B{i}" for i in reversed(range(h, d))] + ["E2B"] + [f"B{i}" for i in reversed(range(h))] + ["E1B"])
+    return _spec("nnshape", d, m, shared[:2] + fw + bw + shared[2:], _seq(names), n, infer)
+
+
+def kshape(d=4, n=6, m=6, infer=False) -> Spec:
+    fw, bw = _stages(d)
+    alld, h = tuple(range(d)), d // 2
+    blocks = fw + [Block("J", F, alld, 1, 1), Block("JB", B, alld, 1, -1)] + bw
+    edges = _seq([f"F{i}" for i in range(h)]) + _seq([f"F{i}" for i in range(h, d)])
+    edges += [(f"F{h - 1}", "J"), (f"F{d - 1}", "J"), ("J", "JB"), ("JB", f"B{h - 1}"), ("JB", f"B{d - 1}")]
+    edges += _seq([f"B{i}" for i in reversed(range(h))]) + _seq([f"B{i}" for i in reversed(range(h, d))])
+    return _spec("kshape", d, m, blocks, edges, n, infer)
+
+
+APPLICABLE = {
+    vshape: ("gpipe", "1f1b", "1f1b+"),
+    xshape: ("gpipe", "chimera"),
+    mshape: ("gpipe", "1f1b+"),
+    nnshape: ("gpipe", "1f1b+"),
+    kshape: ("gpipe",),
+}
+NAMES = ("gpipe", "1f1b", "1f1b+", "chimera")
+
+
+@pytest.mark.parametrize("shape", list(APPLICABLE), ids=lambda f: f.__name__)
+@pytest.mark.parametrize("d", [2, 4, 6])
+@pytest.mark.parametrize("infer", [False, True], ids=["train", "infer"])
+def test_applicable_baselines_are_valid_for_many_n(shape, d, infer):
+    for n in range(1, 11):
+        spec = shape(d=d, n=n, m=d + 2, infer=infer)
+        for name in APPLICABLE[shape]:
+            s = build(spec, name)
+            assert s.name == name and s.microbatches == n
+            validate(spec, s, check_memory=name != "gpipe")
+            assert sorted((x.block, x.mb) for x in s.slots) == sorted(
+                (b.name, mb) for b in spec.blocks for mb in range(n))
+
+
+@pytest.mark.parametrize("shape", list(APPLICABLE), ids=lambda f: f.__name__)
+def test_inapplicable_baselines_say_why(shape):
+    spec = shape()
+    for name in set(NAMES) - set(APPLICABLE[shape]):
+        with pytest.raises(NotApplicable) as err:
+            build(spec, name)
+        assert ("chain placement" in str(err.value)) or ("opposite directions" in str(err.value))
+
+
+def test_not_applicable_messages_name_the_obstacle():
+    with pytest.raises(NotApplicable, match=r"block E runs on devices 0,1,2,3 \(1f1b\+ handles"):
+        build(mshape(), "1f1b")
+    with pytest.raises(NotApplicable, match="do not form one sequence"):
+        build(kshape(), "1f1b+")
+    with pytest.raises(NotApplicable, match="has 1 independent part"):
+        build(vshape(), "chimera")
+    with pytest.raises(NotApplicable, match="unknown baseline 'pipedream'"):
+        build(vshape(), "pipedream")
+    assert issubclass(NotApplicable, TesselError)
+
+
+@pytest.mark.parametrize("d", [2, 3, 4, 5])
+@pytest.mark.parametrize("tb", [1, 2, 3])
+def test_1f1b_makespan_closed_form(d, tb):
+    for n in range(1, 13):
+        spec = vshape(d=d, n=n, tb=tb)
+        assert build(spec, "1f1b").makespan(spec) == (n + d - 1) * (1 + tb)
+
+
+def test_1f1b_holds_d_minus_s_microbatches_on_stage_s():
+    spec = vshape(d=4, n=10)
+    assert build(spec, "1f1b").peak_memory(spec) == (4, 3, 2, 1)
+    assert build(vshape(d=4, n=2), "1f1b").peak_memory(vshape(d=4, n=2)) == (2, 2, 2, 1)
+
+
+def test_1f1b_warmup_shrinks_to_fit_memory():
+    spec = vshape(d=4, n=8, m=2)
+    s = build(spec, "1f1b")  # validate() inside checks M=2
+    assert max(s.peak_memory(spec)) == 2
+    with pytest.raises(TesselError, match="more than M=0"):
+        build(vshape(d=4, n=8, m=0), "1f1b")
+
+
+def test_gpipe_exceeds_memory_and_reports_it():
+    spec = vshape(d=4, n=8, m=4)
+    s = build(spec, "gpipe")
+    assert s.peak_memory(spec) == (8, 8, 8, 8)
+    row, _ = baseline_row(spec, "gpipe", 8)
+    assert row.over_memory and row.status == "ok"
+    assert not baseline_row(spec, "1f1b", 8)[0].over_memory
+
+
+def _grid(spec, name):
+    return "\n".join(line.rstrip() for line in build(spec, name).grid(spec).splitlines())
+
+
+GOLDEN = {
+    ("gpipe", 2, 3): """
+dev0 | F0:0 F0:1 F0:2 .    .    .    .    B0:0 ~    ~    B0:1 ~    ~    B0:2 ~    ~
+dev1 | .    F1:0 F1:1 F1:2 B1:0 ~    ~    B1:1 ~    ~    B1:2 ~    ~    .    .    .""",
+    ("1f1b", 2, 3): """
+dev0 | F0:0 F0:1 .    .    .    B0:0 ~    ~    F0:2 B0:1 ~    ~    .    B0:2 ~    ~
+dev1 | .    F1:0 B1:0 ~    ~    F1:1 B1:1 ~    ~    F1:2 B1:2 ~    ~    .    .    .""",
+    ("gpipe", 3, 2): """
+dev0 | F0:0 F0:1 .    .    .    .    .    .    .    .    B0:0 ~    ~    B0:1 ~    ~
+dev1 | .    F1:0 F1:1 .    .    .    .    B1:0 ~    ~    B1:1 ~    ~    .    .    .
+dev2 | .    .    F2:0 F2:1 B2:0 ~    ~    B2:1 ~    ~    .    .    .    .    .    .""",
+    ("1f1b", 3, 2): """
+dev0 | F0:0 F0:1 .    .    .    .    .    .    .    B0:0 ~    ~    .    B0:1 ~    ~
+dev1 | .    F1:0 F1:1 .    .    .    B1:0 ~    ~    .    B1:1 ~    ~    .    .    .
+dev2 | .    .    F2:0 B2:0 ~    ~    F2:1 B2:1 ~    ~    .    .    .    .    .    .""",
+    ("1f1b", 3, 4): """
+dev0 | F0:0 F0:1 F0:2 .    .    .    .    .    .    B0:0 ~    ~    F0:3 B0:1 ~    ~    .    B0:2 ~    ~    .    B0:3 ~    ~
+dev1 | .    F1:0 F1:1 .    .    .    B1:0 ~    ~    F1:2 B1:1 ~    ~    F1:3 B1:2 ~    ~    .    B1:3 ~    ~    .    .    .
+dev2 | .    .    F2:0 B2:0 ~    ~    F2:1 B2:1 ~    ~    F2:2 B2:2 ~    ~    F2:3 B2:3 ~    ~    .    .    .    .    .    .""",
+}
+
+
+@pytest.mark.parametrize("key", list(GOLDEN), ids=lambda k: f"{k[0]}-D{k[1]}-N{k[2]}")
+def test_golden_grids(key):
+    name, d, n = key
+    assert _grid(vshape(d=d, n=n, m=8), name) == GOLDEN[key].strip("\n")
+
+
+def _device_order(spec, s, d):
+    return [(x.block, x.mb) for x in s.per_device(spec)[d]]
+
+
+@pytest.mark.parametrize("d", [4, 8])
+def test_1f1b_plus_pins_shared_blocks_next_to_their_neighbours(d):
+    spec = mshape(d=d, n=12, m=d)
+    order = _device_order(spec, build(spec, "1f1b+"), 0)
+    for n in range(12):
+        assert order[order.index(("F0", n)) - 1] == ("E", n)
+        assert order[order.index(("B0", n)) + 1] == ("EB", n)
+    # With several shared blocks they compete for the devices: each stays within one block of
+    # its neighbour (E2 before F2, E2B after B2 on the anchor device).
+    spec = nnshape(d=d, n=12, m=d)
+    order = _device_order(spec, build(spec, "1f1b+"), d // 2)
+    for n in range(12):
+        i = order.index((f"F{d // 2}", n))
+        assert ("E2", n) in order[i - 2:i]
+        j = order.index((f"B{d // 2}", n))
+        assert ("E2B", n) in order[j + 1:j + 3]
+
+
+def test_1f1b_plus_on_a_plain_chain_is_1f1b():
+    spec = vshape(d=4, n=9)
+    assert build(spec, "1f1b+").slots == build(spec, "1f1b").slots
+
+
+@pytest.mark.parametrize("shape,bubble", [(mshape, 0.25), (nnshape, 0.20)], ids=["M", "NN"])
+def test_1f1b_plus_steady_bubble_matches_the_paper(shape, bubble):
+    row, _ = baseline_row(shape(n=16), "1f1b+", 16)
+    assert row.steady_bubble == pytest.approx(bubble)
+
+
+def test_1f1b_steady_state_has_no_bubble():
+    row, _ = baseline_row(vshape(n=16), "1f1b", 16)
+    assert row.period == 4 and row.steady_bubble == 0
+
+
+def test_chimera_unit_matches_chimera_formula_when_backward_equals_forward():
+    # Chimera's paper: bubble ratio (D-2)/(2N+D-2) for a basic unit of N=D micro-batches with
+    # equal forward and backward cost; D=4 gives 20%.
+    spec = xshape(d=4, n=2, tb=1)  # 2 spec micro-batches = one unit of 4 (2 per direction)
+    s = build(spec, "chimera")
+    assert s.makespan(spec) == 10 and s.bubble_rate(spec) == pytest.approx(0.2)
+    row, _ = baseline_row(xshape(d=4, tb=1), "chimera", 4)
+    assert row.steady_bubble == pytest.approx(0.2)
+
+
+def test_chimera_with_recompute_costs():
+    row, _ = baseline_row(xshape(d=4, n=8), "chimera", 8)
+    assert row.period == 11 and row.steady_bubble == pytest.approx(3 / 11)
+    assert max(row.peak_memory) <= 4
+
+
+def test_chimera_that_does_not_fit_memory_is_not_applicable():
+    with pytest.raises(NotApplicable, match="does not fit memory M=4"):
+        build(xshape(d=8, n=8, m=4), "chimera")
+    build(xshape(d=8, n=8, m=8), "chimera")
+
+
+@pytest.mark.parametrize("spec_file", sorted((ROOT / "specs").glob("*.tsl")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_shipped_specs_get_a_valid_gpipe_and_clear_answers(spec_file, mode):
+    from tessel_dsl.parser import parse_file
+
+    spec = parse_file(spec_file, mode=mode)
+    for name in NAMES:
+        try:
+            s = build(spec, name, 8)
+        except NotApplicable as e:
+            assert str(e)
+            continue
+        validate(spec, s, check_memory=name != "gpipe")
+        assert name != "gpipe" or s.makespan(spec) > 0
