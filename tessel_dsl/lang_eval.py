@@ -11,7 +11,6 @@ passes over the top level, so the order of a file's sections does not matter:
 from __future__ import annotations
 
 import math
-import re
 from collections import ChainMap
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,21 +20,16 @@ from . import lang_ast as A
 from . import units as U
 from .errors import Diagnostic, Location
 from .ir import Block, Edge, Expectation, Link, Units
+from .lang_values import UNSET, Skip, Values
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 SYMBOLS = ("M", "lower_bound")  # expectation values resolved later, against the searched plan
 MAX_DEVICES = 4096
 MAX_BLOCKS = 100_000
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 _HEADER = (A.Placement, A.Devices, A.Memory, A.Microbatches, A.ModeStmt, A.LinkStmt, A.Expect, A.Derive)
 _BODY = (A.BlockDecl, A.Edges, A.For, A.Use)
 
 
-class _Skip(Exception):
-    """Abandon the current statement; its diagnostic has already been recorded."""
-
-
-_UNSET = object()  # a parameter with no value: its uses are skipped without a second message
 
 
 @dataclass
@@ -63,7 +57,7 @@ class Program:
     units: Units = Units()
 
 
-class Evaluator:
+class Evaluator(Values):
     """Turns one parsed module (plus its includes) into blocks, edges and header values."""
 
     def __init__(self, module: A.Module, sets: dict[str, str] | None,
@@ -86,13 +80,6 @@ class Evaluator:
         self._time_res: tuple[float, str] | None = None
         self._mem_res: tuple[int, str] | None = None
         self._using: list[str] = []
-
-    # ---- diagnostics ------------------------------------------------------------------------
-    def error(self, code: str, message: str, loc: Location | None) -> _Skip:
-        d = Diagnostic(code, message, loc)
-        if d not in self.diags:  # a loop body repeats the same mistake once per iteration
-            self.diags.append(d)
-        return _Skip()
 
     # ---- driver -----------------------------------------------------------------------------
     def run(self) -> Program:
@@ -129,7 +116,7 @@ class Evaluator:
             return
         try:
             fn(stmt, *args)
-        except _Skip:
+        except Skip:
             if isinstance(stmt, (A.BlockDecl, A.For, A.Use)):
                 self.skipped_blocks += 1  # blocks may be missing: unknown names are expected
 
@@ -199,14 +186,14 @@ class Evaluator:
                     if not math.isfinite(value):
                         raise ValueError(text)
                 except ValueError:
-                    self.params[s.name] = _UNSET
+                    self.params[s.name] = UNSET
                     raise self.error("bad-set-value", f"--set {s.name}={text}: not a number", s.loc) from None
         elif s.value is None:
-            self.params[s.name] = _UNSET
+            self.params[s.name] = UNSET
             raise self.error("unset-param", f"parameter `{s.name}` has no value: give it one "
                              f"(`param {s.name} = 4`) or pass --set {s.name}=...", s.loc)
         else:
-            self.params[s.name] = _UNSET  # visible (as unset) while its own value is computed
+            self.params[s.name] = UNSET  # visible (as unset) while its own value is computed
             value = self.num(s.value, self.params)
         self.params[s.name] = value
         self.param_text.append((s.name, U.format_number(value)))
@@ -363,100 +350,3 @@ class Evaluator:
     def _block(self, s: A.BlockDecl, env) -> None:
         from .lang_blocks import build_block
         build_block(self, s, env)
-
-    # ---- values -----------------------------------------------------------------------------
-    def num(self, e: A.Expr, env) -> int | float:
-        if isinstance(e, A.Num):
-            return e.value
-        if isinstance(e, A.Var):
-            v = env.get(e.name, None) if "{" not in e.name else None
-            if v is _UNSET:
-                raise _Skip()
-            if v is None:
-                raise self.error("unknown-name", f"`{e.name}` is not a parameter or loop variable", e.loc)
-            return v
-        if isinstance(e, A.Neg):
-            return -self.num(e.operand, env)
-        a, b = self.num(e.left, env), self.num(e.right, env)
-        if e.op == "+":
-            r = a + b
-        elif e.op == "-":
-            r = a - b
-        elif e.op == "*":
-            r = a * b
-        else:
-            if b == 0:
-                raise self.error("bad-value", "division by zero", e.loc)
-            r = a // b if isinstance(a, int) and isinstance(b, int) and a % b == 0 else a / b
-        if isinstance(r, float) and not math.isfinite(r) or isinstance(r, int) and abs(r) > 10**15:
-            raise self.error("bad-value", "number out of range", e.loc)
-        return r
-
-    def integer(self, e: A.Expr, env) -> int:
-        v = self.num(e, env)
-        if isinstance(v, float):
-            if not v.is_integer():
-                raise self.error("not-integer", f"expected a whole number here, got {U.format_number(v)}",
-                                 getattr(e, "loc", None))
-            v = int(v)
-        return v
-
-    def plain(self, q: A.Quantity, env) -> int | float:
-        if q.unit is not None:
-            raise self.error("unknown-unit", f"no unit expected here, got `{q.unit}`", q.loc)
-        return self.num(q.expr, env)
-
-    def _need_time_res(self, loc: Location) -> float:
-        if self._time_res is None:
-            raise self.error("missing-resolution", "a time with a unit needs `resolution time ...` "
-                             "(e.g. `resolution time 1ms`)", loc)
-        return self._time_res[0]
-
-    def time_units(self, q: A.Quantity, env, exact: bool = True) -> float:
-        """A time in integer units (`exact`: rounded, positive stays positive) or as a float."""
-        value = self.num(q.expr, env)
-        if q.unit is not None:
-            if q.unit not in U.TIME_UNITS:
-                raise self.error("unknown-unit", f"`{q.unit}` is not a time unit (use one of "
-                                 f"{U.describe(U.TIME_UNITS)})", q.loc)
-            value = U.to_units(value, U.TIME_UNITS[q.unit], self._need_time_res(q.loc))
-            return U.round_units(value, positive=True) if exact else value
-        if exact and isinstance(value, float) and not value.is_integer():
-            raise self.error("not-integer", f"time {U.format_number(value)} is not a whole number of "
-                             "units (declare `resolution time ...` and write a unit)", q.loc)
-        return int(value) if exact else value
-
-    def memory_units(self, q: A.Quantity, env) -> int:
-        value = self.num(q.expr, env)
-        if q.unit is not None:
-            if q.unit not in U.MEMORY_UNITS:
-                raise self.error("unknown-unit", f"`{q.unit}` is not a memory unit (use one of "
-                                 f"{U.describe(U.MEMORY_UNITS)})", q.loc)
-            if self._mem_res is None:
-                raise self.error("missing-resolution", "a memory size with a unit needs "
-                                 "`resolution memory ...` (e.g. `resolution memory 1GB`)", q.loc)
-            return U.round_units(U.to_units(value, U.MEMORY_UNITS[q.unit], self._mem_res[0]), False)
-        if isinstance(value, float) and not value.is_integer():
-            raise self.error("not-integer", f"memory {U.format_number(value)} is not a whole number "
-                             "of units", q.loc)
-        return int(value)
-
-    def grad_time(self, q: A.Quantity, env) -> tuple[str, float]:
-        """A backward time: a ratio of the forward's (``3x``) or an absolute time."""
-        if q.unit == U.RATIO_UNIT:
-            r = self.num(q.expr, env)
-            if r <= 0:
-                raise self.error("non-positive-time", "a backward time ratio must be positive", q.loc)
-            return ("x", float(r))
-        return ("abs", float(self.time_units(q, env)))
-
-    def render(self, name: A.Name, env) -> str:
-        """A concrete block name from a template such as ``F{i+1}``."""
-        out = []
-        for p in name.parts:
-            out.append(p if isinstance(p, str) else str(self.integer(p, env)))
-        text = "".join(out)
-        if not _IDENT.match(text):
-            raise self.error("bad-name", f"`{name.text}` gives `{text}`, which is not a name "
-                             "(letters, digits, _; not starting with a digit)", name.loc)
-        return text

@@ -14,6 +14,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, Unex
 from lark.indenter import DedentError, Indenter
 
 from . import lang_ast as A
+from .lang_tree import ToAst
 from .derive import derive_backward, project_infer
 from .errors import Diagnostic, Location, SpecError, TesselError, TslSyntaxError
 from .ir import Block, Edge, Mode, Spec
@@ -151,11 +152,11 @@ def parse_module(text: str, file: str) -> A.Module:
 
     def parse_expr(src: str, loc: Location) -> A.Expr:
         tree = _parse_tree(src, file, "expr", (loc.line - 1, loc.column - 1), text)
-        return A.ToAst(file, parse_expr).transform(tree)
+        return ToAst(file, parse_expr).transform(tree)
 
     tree = _parse_tree(text, file)
     try:
-        return A.Module(file, A.ToAst(file, parse_expr).transform(tree))
+        return A.Module(file, ToAst(file, parse_expr).transform(tree))
     except LarkError as e:  # a TesselError raised inside the transformer arrives wrapped
         inner = getattr(e, "orig_exc", None)
         if isinstance(inner, TesselError):

@@ -26,6 +26,7 @@ def summarize(spec) -> dict:
         "microbatches": spec.microbatches,
         "params": dict(spec.params),
         "units": {"time": spec.units.time_label, "memory": spec.units.memory_label},
+        "link": {"latency": spec.link.latency, "bandwidth": spec.link.bandwidth},
         "blocks": [
             {"name": b.name, "kind": b.kind.value, "devices": list(b.devices), "time": b.time,
              "memory": b.memory, **({"forward": b.forward} if b.forward else {})}
