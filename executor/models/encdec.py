@@ -1,0 +1,184 @@
+"""Encoder-decoder with one embedding table shared by both sides, for the NN-shape.
+
+Blocks, recognised by their place in the spec: the first all-device forward block (E1) embeds the
+source tokens with the vocab-parallel shared table; the one-device stages before the second
+all-device block (E2) are the encoder; E2 embeds the target tokens with the *same* table shard
+and passes the encoder output along; the stages after it are the decoder (self- and cross-
+attention), whose last stage computes the loss. Each rank's E1 and E2 modules hold the same
+parameter, so gradients from both uses add up, as in the single-process model.
+
+Model arguments: ``vocab``, ``hidden``, ``heads``, ``layers`` (per side), ``src``/``tgt``
+(sequence lengths), ``batch``, ``seed``, ``dtype``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tessel_dsl.errors import ExecutionError
+from tessel_dsl.ir import Mode, Spec
+
+from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
+from .common import (DTYPES, BlockStage, Fn, TransformerLayer, VocabEmbedding, full_shards, init_seed,
+                     mb_generator, scale_init, shard_range, split_evenly)
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab: int = 512
+    hidden: int = 32
+    heads: int = 4
+    layers: int = 2
+    src: int = 8
+    tgt: int = 6
+    batch: int = 2
+    seed: int = 0
+    dtype: str = "f32"
+
+    @classmethod
+    def of(cls, kw: dict) -> "Config":
+        unknown = set(kw) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ExecutionError(f"unknown model argument(s) {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+        return cls(**kw)
+
+
+class EncDec(nn.Module):
+    """The reference: shared embedding, encoder, decoder with cross-attention, LM head."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        kw = {"dtype": DTYPES[cfg.dtype]}
+        d = cfg.hidden
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, d, **kw)
+        self.enc = nn.ModuleList(TransformerLayer(d, cfg.heads, causal=False, **kw) for _ in range(cfg.layers))
+        self.dec = nn.ModuleList(TransformerLayer(d, cfg.heads, causal=True, cross=True, **kw) for _ in range(cfg.layers))
+        self.norm = nn.LayerNorm(d, **kw)
+        self.head = nn.Linear(d, cfg.vocab, bias=False, **kw)
+        scale_init(self, 2 * cfg.layers)
+
+    def batch(self, mb: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        g = mb_generator(self.cfg.seed, mb)
+        src = torch.randint(0, self.cfg.vocab, (self.cfg.batch, self.cfg.src), generator=g)
+        tgt = torch.randint(0, self.cfg.vocab, (self.cfg.batch, self.cfg.tgt + 1), generator=g)
+        return src.to(device), tgt[:, :-1].contiguous().to(device), tgt[:, 1:].contiguous().to(device)
+
+    def _decode(self, mb: int) -> torch.Tensor:
+        src, tgt, _ = self.batch(mb, self.embed.weight.device)
+        mem = self.embed(src)
+        for layer in self.enc:
+            mem = layer(mem)
+        y = self.embed(tgt)
+        for layer in self.dec:
+            y = layer(y, mem)
+        return self.head(self.norm(y)).float()
+
+    def loss(self, mb: int) -> torch.Tensor:
+        _, _, labels = self.batch(mb, self.embed.weight.device)
+        return F.cross_entropy(self._decode(mb).reshape(-1, self.cfg.vocab), labels.reshape(-1))
+
+    def infer(self, mb: int) -> torch.Tensor:
+        return self._decode(mb)
+
+
+def roles(spec: Spec) -> tuple[str, list[str], str, list[str]]:
+    fwd = [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
+    multi = [n for n in fwd if spec.block(n).is_multi_device]
+    if len(multi) != 2 or fwd[0] != multi[0]:
+        raise ExecutionError("the encoder-decoder model expects E1(all) -> encoder stages -> E2(all) -> decoder stages")
+    cut = fwd.index(multi[1])
+    enc, dec = fwd[1:cut], fwd[cut + 1:]
+    if not enc or not dec:
+        raise ExecutionError("the encoder-decoder model needs at least one encoder and one decoder stage")
+    for prev, cur in zip(fwd, fwd[1:]):
+        if forward_preds(spec, cur) != (prev,):
+            raise ExecutionError(f"the encoder-decoder model expects {cur} to take exactly {prev}'s output")
+    return multi[0], enc, multi[1], dec
+
+
+def reference(spec: Spec, **kw) -> EncDec:
+    cfg = Config.of(kw)
+    init_seed(cfg.seed, torch.device("cpu"))
+    return EncDec(cfg)
+
+
+def factory(ctx: StageContext, **kw) -> BlockStage:
+    cfg = Config.of(kw)
+    spec, rank = ctx.spec, ctx.rank
+    e1, enc, e2, dec = roles(spec)
+    train = spec.mode is Mode.TRAIN
+    init_seed(cfg.seed, ctx.device)
+    with torch.device(ctx.device):
+        full = EncDec(cfg)
+    dt = DTYPES[cfg.dtype]
+    mem = TensorMeta((cfg.batch, cfg.src, cfg.hidden), dt)
+    y = TensorMeta((cfg.batch, cfg.tgt, cfg.hidden), dt)
+    last = (TensorMeta((), torch.float32),) if train else (TensorMeta((cfg.batch, cfg.tgt, cfg.vocab), torch.float32),)
+    metas = {e1: (mem,), e2: (y, mem), **{n: (mem,) for n in enc}, **{n: (y, mem) for n in dec}}
+    metas[dec[-1]] = last
+    modules: dict[str, nn.Module] = {}
+    shards: list[ParamShard] = []
+    cache: dict[int, tuple] = {}
+
+    def batch(mb: int):
+        if mb not in cache:
+            cache[mb] = full.batch(mb, ctx.device)
+        return cache[mb]
+
+    if rank in spec.block(e1).devices:
+        if spec.block(e1).devices != spec.block(e2).devices:
+            raise ExecutionError("the encoder-decoder model expects E1 and E2 on the same devices (one shared table)")
+        lo, _hi = shard_range(cfg.vocab, spec.block(e1).devices, rank)
+        table = VocabEmbedding(full.embed.weight[lo:_hi], lo, ctx.group(e1))
+        modules[e1] = Fn(lambda m, src: m.table(src), table=table)
+        modules[e2] = Fn(lambda m, memory, tgt: (m.table(tgt), memory), table=table)
+        shards.append(ParamShard("embed.weight", table.weight, 0, lo))
+    for stages, side, layers_of in ((enc, "enc", full.enc), (dec, "dec", full.dec)):
+        parts = split_evenly(cfg.layers, len(stages))
+        for i, name in enumerate(stages):
+            if spec.block(name).devices != (rank,):
+                continue
+            layers = nn.ModuleList(layers_of[j] for j in parts[i])
+            shards += [s for j in parts[i] for s in full_shards(layers_of[j], f"{side}.{j}")]
+            if side == "enc":
+                modules[name] = Fn(_encode, layers=layers)
+            elif name != dec[-1]:
+                modules[name] = Fn(_decode, layers=layers)
+            else:
+                modules[name] = Fn(_decode_last(train, cfg.vocab), layers=layers, norm=full.norm, head=full.head)
+                shards += full_shards(full.norm, "norm") + full_shards(full.head, "head")
+
+    def data(block: str, mb: int):
+        src, tgt, labels = batch(mb)
+        if block == e1:
+            return (src,)
+        if block == e2:
+            return (tgt,)
+        return (labels,) if train and block == dec[-1] else ()
+
+    return BlockStage(modules, metas, data, shards)
+
+
+def _encode(m, x):
+    for layer in m.layers:
+        x = layer(x)
+    return x
+
+
+def _decode(m, y, memory):
+    for layer in m.layers:
+        y = layer(y, memory)
+    return y, memory
+
+
+def _decode_last(train: bool, vocab: int):
+    def run(m, y, memory, *labels):
+        for layer in m.layers:
+            y = layer(y, memory)
+        logits = m.head(m.norm(y)).float()
+        return F.cross_entropy(logits.reshape(-1, vocab), labels[0].reshape(-1)) if train else logits
+    return run
