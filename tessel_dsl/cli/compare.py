@@ -77,6 +77,8 @@ def _render_table3(rows) -> "Table":
         cells = []
         for cell, paper in zip(row.cells, row.paper):
             got = "x" if cell.status == "n/a" else (cell.status if cell.status != "ok" else _pct(cell.steady_bubble))
+            if cell.status == "ok" and cell.proven is False:
+                got += "*"
             want = "x" if paper is None else f"{paper:g}%"
             cells.append(f"{got} / {want}")
         table.add_row(row.model, row.placement, *cells)
@@ -137,6 +139,10 @@ def compare(
             print(json.dumps([asdict(r) for r in rows3], indent=1))
         else:
             console.print(_render_table3(rows3))
+            console.print("  Cells: steady-state bubble (idle share of one period), measured / the paper's.\n"
+                          "  Chimera-direct is measured with backward = 3 x forward (recompute, as the specs say);\n"
+                          "  Chimera's own (D-2)/(2N+D-2) = 20% for D=N=4 assumes backward = forward.\n"
+                          "  * the search hit its time limit (not proven).", highlight=False)
         return
     if not specs:
         raise typer.BadParameter("give at least one spec (or --table3)", param_hint="SPECS")

@@ -1,0 +1,125 @@
+"""`tessel compare` end to end (exit codes, table, JSON) and the comparison rows behind it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tessel_dsl.baselines import build
+from tessel_dsl.baselines.compare import compare, measured_period, steady_bubble
+from tessel_dsl.baselines.table3 import PAPER, table3
+
+from .test_baselines import mshape, vshape, xshape
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tessel(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tessel_dsl.cli", "compare", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+BASELINES_ONLY = ("-s", "gpipe", "-s", "1f1b", "-s", "1f1b+", "-s", "chimera")
+
+
+def test_table_lists_every_baseline_and_marks_na():
+    r = tessel("specs/vshape.tsl", "-n", "8", *BASELINES_ONLY)
+    assert r.returncode == 0, r.stderr
+    for word in ("makespan", "bubble", "period(LB)", "steady", "peak/M", "gpipe", "1f1b", "1f1b+"):
+        assert word in r.stdout
+    assert "chimera n/a: Chimera needs two independent chains" in r.stdout
+    assert "8/4 >M" in r.stdout  # GPipe's peak memory is shown over M, not hidden
+
+
+def test_json_rows():
+    r = tessel("specs/vshape.tsl", "specs/xshape.tsl", "-n", "8", "--json", *BASELINES_ONLY)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert [d["spec"] for d in data] == ["vshape", "xshape"]
+    rows = {row["schedule"]: row for row in data[0]["rows"]}
+    assert rows["1f1b"]["makespan"] == (8 + 3) * 4 and rows["1f1b"]["period"] == 4
+    assert rows["1f1b"]["steady_bubble"] == 0 and rows["1f1b"]["peak_memory"] == [4, 3, 2, 1]
+    assert rows["chimera"]["status"] == "n/a" and rows["chimera"]["makespan"] is None
+    assert rows["gpipe"]["over_memory"] is True
+    x = {row["schedule"]: row for row in data[1]["rows"]}
+    assert x["chimera"]["status"] == "ok" and x["1f1b"]["status"] == "n/a"
+
+
+def test_to_row_and_gap():
+    r = tessel("specs/vshape.tsl", "-n", "4", "-s", "1f1b", "--to", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["schedule"]: row for row in json.loads(r.stdout)[0]["rows"]}
+    assert rows["to"]["proven"] is True and rows["to"]["makespan"] == 28
+    assert rows["1f1b"]["gap_to_optimal"] == 0.0
+
+
+def test_set_and_mode_reach_the_spec():
+    r = tessel("specs/mshape.tsl", "--set", "D=8", "--mode", "infer", "-n", "4", "-s", "1f1b+", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)[0]
+    assert data["devices"] == 8 and data["mode"] == "infer"
+    assert data["rows"][0]["makespan"] == 4 * 2 + 7  # E,F0 per micro-batch on device 0, then the chain
+
+
+def test_plan_file_is_compared_with_baselines(tmp_path):
+    from tessel_dsl.parser import parse_file
+    from tessel_dsl.plan import SearchInfo, make_plan, save_plan
+
+    spec = parse_file(ROOT / "specs" / "vshape.tsl")
+    plan = make_plan(spec, build(spec, "gpipe", 4), SearchInfo(method="import"))  # fits M=4
+    path = tmp_path / "plan.json"
+    save_plan(plan, path)
+    r = tessel(str(path), "-s", "1f1b", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = [row["schedule"] for row in json.loads(r.stdout)[0]["rows"]]
+    assert rows == ["plan:gpipe", "1f1b"]
+    assert tessel(str(path), "--set", "D=2").returncode == 2
+
+
+@pytest.mark.parametrize("args,code,message", [
+    ((), 2, "give at least one spec"),
+    (("specs/nothere.tsl",), 1, "cannot read spec"),
+    (("specs/vshape.tsl", "--set", "D"), 2, "expected K=V"),
+    (("specs/vshape.tsl", "--mode", "eval"), 2, "expected train or infer"),
+    (("specs/vshape.tsl", "-s", "pipedream"), 2, "unknown schedule"),
+    (("specs/vshape.tsl", "-n", "0"), 2, ""),
+])
+def test_exit_codes(args, code, message):
+    r = tessel(*args)
+    assert r.returncode == code, r.stdout + r.stderr
+    assert message in " ".join(r.stderr.split())
+    assert "Traceback" not in r.stderr
+
+
+def test_steady_state_helpers():
+    spec = vshape(d=4)
+    assert measured_period(spec, build(spec, "1f1b", 8), build(spec, "1f1b", 16)) == 4
+    assert steady_bubble(spec, 4) == 0 and steady_bubble(spec, 5) == pytest.approx(0.2)
+    assert steady_bubble(spec, None) is None
+
+
+def test_compare_library_rows():
+    rows = compare(mshape(n=6), schedules=("gpipe", "1f1b", "1f1b+"), to=True, to_time_limit=60)
+    by = {r.schedule: r for r in rows}
+    assert by["1f1b"].status == "n/a" and "chain placement" in by["1f1b"].reason
+    assert by["to"].status == "ok" and by["to"].period is None
+    assert by["1f1b+"].gap_to_optimal >= 0
+    assert by["1f1b+"].period == 8 and by["1f1b+"].lower_bound == 6
+    rows = compare(xshape(n=4), schedules=("chimera",))
+    assert rows[0].period == 11
+
+
+def test_table3_baseline_columns():
+    rows = table3(ROOT / "specs", tessel=False)
+    assert [r.model for r in rows] == ["GPT", "mT5", "Flava"]
+    for r in rows:
+        one, chimera, plus, _ = r.cells
+        assert one.steady_bubble == 0
+        assert chimera.steady_bubble == pytest.approx(3 / 11)  # paper: 20% (see docs/compare.md)
+        assert r.paper == PAPER[r.model]
+    assert rows[0].cells[2].steady_bubble == pytest.approx(0.25)
+    assert rows[1].cells[2].steady_bubble == pytest.approx(0.20)
+    assert rows[2].cells[2].status == "n/a"
