@@ -61,17 +61,24 @@ def device_orders(spec: Spec, parts: Parts, n: int) -> list[list[tuple[str, int]
 
 def extend(spec: Spec, schedule_or_parts: Schedule | Parts, n: int, *, name: str = "tessel",
            check: bool = True) -> Schedule:
-    """The schedule for `n` micro-batches (``n >= N_R``), compacted and validated.
+    """The schedule for `n` micro-batches, compacted and validated.
 
-    Needs no solver, so a saved plan can be re-extended to any N cheaply; for ``n < N_R`` use
-    `tessel_dsl.search.search` (which solves those directly).
+    For ``n >= N_R`` no solver runs, so a saved plan is re-extended to any N cheaply. A repetend
+    can't be used for fewer micro-batches than it spans, so ``n < N_R`` is solved directly
+    (time-optimally, all `n` micro-batches at once; small by definition).
     """
     parts = schedule_or_parts if isinstance(schedule_or_parts, Parts) else parts_of(schedule_or_parts)
     rep = parts.repetend
+    if n < 1:
+        raise InfeasibleError(f"the number of micro-batches must be at least 1 (got {n})")
     if n < rep.nr:
-        raise InfeasibleError(
-            f"the repetend spans N_R={rep.nr} micro-batches, so it cannot be extended to N={n}; "
-            f"search again with --microbatches {n} (small N is solved directly)")
+        from .search import direct
+
+        slots, _proven = direct(spec, n, "auto", None)
+        out = Schedule(n, slots, name=name, warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
+        if check:
+            validate(spec, out)
+        return out
     slots = compact(spec, orders=device_orders(spec, parts, n))
     by_key = {(s.block, s.mb): s for s in slots}
     warm = tuple(by_key[(s.block, s.mb)] for s in parts.warmup)

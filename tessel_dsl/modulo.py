@@ -36,9 +36,10 @@ def _result(spec: Spec, period: int, starts: list[int], offsets: list[int]) -> R
     return Repetend(max(offsets) + 1, period, slots)
 
 
-def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float | None,
-                       workers: int = 2) -> tuple[str, Repetend | None]:
-    """CP-SAT model at `period`: (status, repetend) with status optimal/feasible/infeasible/unknown."""
+POLISH_EFFORT = 0.1  # deterministic budget for shortening the micro-batch latency at a settled period
+
+
+def _cpsat_model(spec: Spec, period: int, max_nr: int, objective: bool):
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
@@ -80,13 +81,28 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
                 m.add(entry + blocks[i].memory
                       + sum(blocks[j].memory * before[(j, i)] for j in on if j != i and blocks[j].memory)
                       <= spec.memory)
-    lo = m.new_int_var(-max_nr * period - span, span, "lo")
-    hi = m.new_int_var(-max_nr * period - span, 2 * span, "hi")
-    m.add_min_equality(lo, [s[i] - period * r[i] for i in range(len(blocks))])
-    m.add_max_equality(hi, [s[i] + b.time - period * r[i] for i, b in enumerate(blocks)])
-    nr = m.new_int_var(0, max_nr - 1, "maxr")
-    m.add_max_equality(nr, r)
-    m.minimize((hi - lo) * max_nr + nr)
+    if objective:
+        lo = m.new_int_var(-max_nr * period - span, span, "lo")
+        hi = m.new_int_var(-max_nr * period - span, 2 * span, "hi")
+        m.add_min_equality(lo, [s[i] - period * r[i] for i in range(len(blocks))])
+        m.add_max_equality(hi, [s[i] + b.time - period * r[i] for i, b in enumerate(blocks)])
+        nr = m.new_int_var(0, max_nr - 1, "maxr")
+        m.add_max_equality(nr, r)
+        m.minimize((hi - lo) * max_nr + nr)
+    return m, s, r
+
+
+def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float | None,
+                       workers: int = 2) -> tuple[str, Repetend | None]:
+    """CP-SAT at `period`: (status, repetend), status optimal (period feasible), infeasible or unknown.
+
+    First any solution (is the period feasible?), then a deterministic, budgeted improvement of
+    the micro-batch latency starting from it.
+    """
+    from ortools.sat.python import cp_model
+
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+    m, s, r = _cpsat_model(spec, period, max_nr, objective=False)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = max(1, workers)
     if time_limit is not None:
@@ -96,8 +112,18 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
         return "infeasible", None
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return "unknown", None
-    rep = _result(spec, period, [solver.value(x) for x in s], [solver.value(x) for x in r])
-    return ("optimal" if st == cp_model.OPTIMAL else "feasible"), rep
+    first_s, first_r = [solver.value(x) for x in s], [solver.value(x) for x in r]
+    m2, s2, r2 = _cpsat_model(spec, period, max_nr, objective=True)
+    for var, val in zip(s2 + r2, first_s + first_r):
+        m2.add_hint(var, val)
+    polish = cp_model.CpSolver()
+    polish.parameters.num_workers = 1
+    polish.parameters.max_deterministic_time = POLISH_EFFORT
+    if deadline is not None:
+        polish.parameters.max_time_in_seconds = max(0.01, deadline - time.monotonic())
+    if polish.solve(m2) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        first_s, first_r = [polish.value(x) for x in s2], [polish.value(x) for x in r2]
+    return "optimal", _result(spec, period, first_s, first_r)
 
 
 def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | None) -> tuple[str, Repetend | None]:
@@ -158,7 +184,10 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
 
     best_obj, best = grab()
     low = 0
-    status = "optimal"
+    status = "optimal"  # the period is settled; the rest only shortens the latency, within a budget
+    from .solvers.z3 import RLIMIT_PER_EFFORT
+
+    solver.set("rlimit", int(POLISH_EFFORT * RLIMIT_PER_EFFORT))
     while low < best_obj:
         mid = (low + best_obj) // 2
         solver.push()
@@ -169,7 +198,6 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
         elif res == z3.unsat:
             low = mid + 1
         else:
-            status = "feasible"
             solver.pop()
             break
         solver.pop()

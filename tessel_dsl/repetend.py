@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from .analysis import max_inflight
 from .ir import Spec
 from .schedule import Repetend, Slot
 from .solvers import Objective, Precedence, Problem, Task, solve
@@ -60,6 +61,20 @@ class Shape:
             longest[i] = row
         return cls(order, time, {b.name: b.memory for b in spec.blocks},
                    {b.name: b.devices for b in spec.blocks}, dict(spec.preds), longest)
+
+
+def nr_limit(spec: Spec) -> int:
+    """How many micro-batches a repetend may span (the largest N_R tried).
+
+    `analysis.max_inflight` charges every micro-batch its whole resident memory on each device,
+    but a repetend's blocks belong to different micro-batches (in Chimera's X-shape the two chains
+    of one micro-batch need not be in flight together), so it can undercount. The block-level
+    limit is the number of copies of the smallest allocation that fit in M; the exact memory
+    constraints of every candidate then decide.
+    """
+    positive = [b.memory for b in spec.blocks if b.memory > 0]
+    per_block = spec.memory // min(positive) if positive else len(spec.blocks)
+    return max(1, max_inflight(spec), min(per_block, len(spec.blocks)))
 
 
 def entry_memory(spec: Spec, offsets: dict[str, int]) -> tuple[int, ...]:

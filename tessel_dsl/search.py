@@ -16,17 +16,18 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from .analysis import lower_bound, max_inflight, microbatch_memory
+from .analysis import lower_bound, microbatch_memory
 from .compact import compact
 from .completion import solve_cooldown, solve_warmup
 from .errors import InfeasibleError, TesselError
 from .extend import Parts, extend
 from .ir import Spec
 from .plan import SearchInfo
-from .repetend import Counters, Shape, enumerate_search, repetend_problem, make_repetend, serial_repetend
+from .repetend import Counters, enumerate_search, make_repetend, nr_limit, repetend_problem, serial_repetend
 from .schedule import Repetend, Schedule, Slot
 from .solvers import Objective, Precedence, Problem, Task, resolve, solve
 from .validate import validate
+from .modulo import POLISH_EFFORT
 
 METHODS = ("enumerate", "modulo")
 DEFAULT_METHOD = "modulo"  # measured faster (docs/search.md)
@@ -109,20 +110,20 @@ def _polish(spec: Spec, rep: Repetend, solver: str, left: float | None) -> Repet
     prob = repetend_problem(spec, offsets, rep.period)
     index = {b.name: i for i, b in enumerate(spec.blocks)}
     tasks = tuple(replace(t, skew=-rep.period * offsets[t.key]) for t in prob.tasks)
-    sol = solve(replace(prob, tasks=tasks, hints=tuple(s.start for s in sorted(rep.slots, key=lambda s: index[s.block]))),
-                Objective.SPREAD, left, solver=solver)
+    hints = tuple(s.start for s in sorted(rep.slots, key=lambda s: index[s.block]))
+    sol = solve(replace(prob, tasks=tasks, hints=hints), Objective.SPREAD, left, solver=solver, effort=POLISH_EFFORT)
     return make_repetend(spec, offsets, sol.starts, rep.period) if sol.ok else rep
 
 
 def find_repetend(spec: Spec, *, solver: str, method: str, clock: _Clock, counters: Counters,
                   report: Callable[[str], None]) -> tuple[Repetend, bool, str]:
     """The best repetend (lazily checked for completion), whether that is proven, and a note."""
-    lower, max_nr = lower_bound(spec), max(1, max_inflight(spec))
+    lower, max_nr = lower_bound(spec), nr_limit(spec)
 
     def accept(rep: Repetend) -> bool:
-        left = clock.left()
-        return (solve_warmup(spec, rep, objective=Objective.FEASIBLE, solver=solver, time_limit=left) is not None
-                and solve_cooldown(spec, rep, objective=Objective.FEASIBLE, solver=solver, time_limit=left) is not None)
+        # Satisfiability only (lazy search); unbounded, since a repetend can't be used unchecked.
+        return (solve_warmup(spec, rep, objective=Objective.FEASIBLE, solver=solver) is not None
+                and solve_cooldown(spec, rep, objective=Objective.FEASIBLE, solver=solver) is not None)
 
     fallback = serial_repetend(spec, solver, counters)
     upper = fallback.period
@@ -225,6 +226,7 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     else:
         slots, direct_proven = direct(spec, n, solver, clock.left())
         proven = proven and direct_proven
+        # Phases stay numbered for N = N_R so the plan can still be extended (see extend.parts_of).
         sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
         validate(spec, sched)
         note = "; ".join(x for x in (note, f"N={n} is below the repetend's N_R={rep.nr}: solved all {n} "
@@ -235,18 +237,3 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
                       counters.tried, counters.pruned, note)
     report("done")
     return SearchResult(sched, info)
-
-
-def reextend(spec: Spec, schedule: Schedule, n: int, *, solver: str = "auto") -> Schedule:
-    """`schedule` (from `search`) for `n` micro-batches without searching again.
-
-    N >= N_R only repeats the repetend; a smaller N is solved directly.
-    """
-    rep = schedule.repetend
-    if rep is not None and n < rep.nr:
-        slots, _ = direct(spec, n, resolve(solver), None)
-        out = Schedule(n, slots, name=schedule.name, warmup=schedule.warmup, repetend=rep,
-                       cooldown=schedule.cooldown if schedule.microbatches < rep.nr else ())
-        validate(spec, out)
-        return out
-    return extend(spec, schedule, n, name=schedule.name)

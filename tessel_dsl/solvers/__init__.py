@@ -23,8 +23,11 @@ def resolve(solver: str | None) -> str:
 
 
 def solve(problem: Problem, objective: Objective | str = Objective.MAKESPAN, time_limit: float | None = None,
-          solver: str | None = None, **options) -> Solution:
+          solver: str | None = None, effort: float | None = None, **options) -> Solution:
     """Solve `problem` for `objective` within `time_limit` seconds with the named backend.
+
+    `effort` (optional) is a deterministic work budget for optimising: when it runs out the best
+    solution so far comes back with status ``feasible``, identically on every run.
 
     Returns a `Solution`; `status` is ``optimal``, ``feasible`` (time limit hit with a solution),
     ``infeasible`` or ``unknown`` (time limit hit without one).
@@ -36,7 +39,7 @@ def solve(problem: Problem, objective: Objective | str = Objective.MAKESPAN, tim
         from .z3 import solve as run
     else:
         from .cpsat import solve as run
-    return run(problem, Objective(objective), time_limit, **options)
+    return run(problem, Objective(objective), time_limit, effort=effort, **options)
 
 
 __all__ = ["Objective", "Precedence", "Problem", "Solution", "Task", "SOLVERS", "DEFAULT_SOLVER", "resolve", "solve"]

@@ -5,8 +5,12 @@ from .problem import Objective, Problem, Solution
 
 
 def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limit: float | None = None,
-          workers: int = 2) -> Solution:
-    """Solve `problem` with CP-SAT (see `tessel_dsl.solvers.problem` for the semantics)."""
+          workers: int = 2, effort: float | None = None) -> Solution:
+    """Solve `problem` with CP-SAT (see `tessel_dsl.solvers.problem` for the semantics).
+
+    `effort` caps CP-SAT's deterministic time on one worker, so a budgeted optimisation gives the
+    same answer on every run.
+    """
     from ortools.sat.python import cp_model
 
     objective = Objective(objective)
@@ -73,7 +77,9 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
             if t.fixed is None:
                 m.add_hint(s, h)
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.num_workers = max(1, workers) if effort is None else 1
+    if effort is not None:
+        solver.parameters.max_deterministic_time = effort
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
     status = solver.solve(m)

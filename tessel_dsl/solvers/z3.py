@@ -10,6 +10,8 @@ import time
 
 from .problem import Objective, Problem, Solution
 
+RLIMIT_PER_EFFORT = 2_000_000  # z3 resource units per unit of `effort` (about a second's work)
+
 
 def _build(problem: Problem, objective: Objective, z3):
     horizon = problem.default_horizon()
@@ -73,8 +75,11 @@ def _lower(problem: Problem, objective: Objective) -> int:
 
 
 def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limit: float | None = None,
-          mode: str = "bisect") -> Solution:
-    """Solve `problem` with Z3; `mode` is ``bisect`` (default) or ``optimize``."""
+          mode: str = "bisect", effort: float | None = None) -> Solution:
+    """Solve `problem` with Z3; `mode` is ``bisect`` (default) or ``optimize``.
+
+    `effort` bounds the improving checks with Z3's deterministic resource limit (``rlimit``).
+    """
     import z3
 
     objective = Objective(objective)
@@ -125,6 +130,8 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
     if r != z3.sat:
         return Solution("unknown")
     best, best_obj = read(s.model())
+    if effort is not None:
+        s.set("rlimit", int(effort * RLIMIT_PER_EFFORT))
     if obj is None:
         return Solution("optimal", best, None)
     lo, hi = _lower(problem, objective), best_obj  # invariant: optimum in [lo, hi], hi achieved

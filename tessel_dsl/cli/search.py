@@ -1,0 +1,106 @@
+"""`tessel search`: find a Tessel schedule for a spec and write the plan file."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app, console, err_console, parse_sets
+
+
+def summary(spec, plan) -> dict:
+    """The numbers `tessel search` reports, as plain data (the `--json` output)."""
+    info, sched = plan.search, plan.schedule
+    gap = (info.period - info.lower_bound) / info.lower_bound if info.lower_bound and info.period else 0.0
+    return {
+        "spec": spec.name,
+        "mode": spec.mode.value,
+        "microbatches": sched.microbatches,
+        "period": info.period,
+        "lower_bound": info.lower_bound,
+        "gap": round(gap, 6),
+        "nr": info.nr,
+        "makespan": sched.makespan(spec),
+        "bubble": round(sched.bubble_rate(spec), 6),
+        "peak_memory": list(plan.peak_memory),
+        "memory": spec.memory,
+        "search_seconds": round(info.seconds, 3),
+        "solver": info.solver,
+        "method": info.method,
+        "proven": info.proven,
+        "candidates_tried": info.candidates_tried,
+        "candidates_pruned": info.candidates_pruned,
+        "note": info.note,
+    }
+
+
+def render(s: dict, out: Path) -> None:
+    """The rich summary table."""
+    from rich.table import Table
+
+    table = Table(title=f"tessel search: {s['spec']} ({s['mode']}, N={s['microbatches']})", show_header=False,
+                  title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    verdict = "[green]optimal[/]" if s["gap"] == 0 else f"[yellow]{s['gap'] * 100:.1f}% above[/]"
+    rows = [
+        ("repetend period t_R", f"{s['period']}  (lower bound {s['lower_bound']}: {verdict})" if s["period"]
+         else "- (no repetend; solved directly)"),
+        ("micro-batches in repetend N_R", str(s["nr"]) if s["nr"] else "-"),
+        ("makespan", str(s["makespan"])),
+        ("bubble rate", f"{s['bubble'] * 100:.2f}%"),
+        ("peak memory per device", " ".join(map(str, s["peak_memory"])) + f"  (M={s['memory']})"),
+        ("search", f"{s['search_seconds']:.2f}s, {s['solver']}/{s['method']}, "
+                   f"{s['candidates_tried']} tried, {s['candidates_pruned']} pruned"),
+        ("proven", "yes" if s["proven"] else "[yellow]no[/]"),
+    ]
+    if s["note"]:
+        rows.append(("note", s["note"]))
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+    console.print(f"plan written to [bold]{out}[/]", highlight=False)
+
+
+@app.command()
+def search(
+    spec: Path = typer.Argument(..., help="The placement spec (.tsl) to schedule."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="Plan file to write (default: <spec stem>.plan.json here)."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", metavar="K=V", help="Override a `param` (repeatable)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (overrides the file's `mode`)."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
+                                               help="Micro-batches to schedule (default: the spec's N)."),
+    solver: str = typer.Option("auto", "--solver", help="auto, cpsat or z3."),
+    method: str = typer.Option("auto", "--method", help="auto, enumerate or modulo (repetend search)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01,
+                                               help="Seconds; returns the best valid schedule found, unproven."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (nothing else on stdout)."),
+) -> None:
+    """Search a Tessel schedule (repetend + warmup/cooldown) and write the plan."""
+    from ..parser import parse_file
+    from ..plan import make_plan, save_plan
+    from ..progress import LiveProgress
+    from ..search import METHODS, search as run_search
+    from ..solvers import SOLVERS
+
+    if mode is not None and mode not in ("train", "infer"):
+        raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")
+    if solver not in ("auto",) + SOLVERS:
+        raise typer.BadParameter(f"expected auto, {', '.join(SOLVERS)}; got {solver!r}", param_hint="--solver")
+    if method not in ("auto",) + METHODS:
+        raise typer.BadParameter(f"expected auto, {', '.join(METHODS)}; got {method!r}", param_hint="--method")
+    parsed = parse_file(spec, sets=parse_sets(set_) or None, mode=mode)
+    out = output if output is not None else Path(f"{spec.stem}.plan.json")
+    with LiveProgress(err_console) as progress:
+        result = run_search(parsed, microbatches=microbatches, solver=solver, method=method,
+                            time_limit=time_limit, progress=progress)
+    plan = make_plan(parsed, result.schedule, result.info)
+    save_plan(plan, out)
+    s = summary(parsed, plan)
+    if as_json:
+        typer.echo(json.dumps({**s, "output": str(out)}, indent=1))
+    else:
+        render(s, out)
