@@ -58,7 +58,7 @@ def lark_parser() -> Lark:
     global _PARSER
     if _PARSER is None:
         _PARSER = Lark(grammar_text(), parser="lalr", postlex=_Indenter(), propagate_positions=True,
-                       start=["start", "expr"], maybe_placeholders=False)
+                       start=["start", "expr"], maybe_placeholders=False, cache=True)
     return _PARSER
 
 
