@@ -66,7 +66,12 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
     if hint is not None:
         if hint.microbatches != n:
             raise TesselError(f"TO hint has {hint.microbatches} micro-batches, expected {n}")
-        start = {(s.block, s.mb): s.start for s in hint.slots}
+        # Relabel the hint so that each block's copies run in micro-batch order, as the model
+        # requires (the same relabelling that makes that constraint safe keeps the hint valid).
+        start: dict[tuple[str, int], int] = {}
+        for b in spec.blocks:
+            times = sorted(s.start for s in hint.slots if s.block == b.name)
+            start.update(((b.name, mb), t) for mb, t in enumerate(times))
         hints = tuple(start[k] for k in keys)
         horizon = hint.makespan(spec)
     problem = Problem(tasks, tuple(prec), spec.devices, spec.memory, horizon=horizon, hints=hints)
@@ -76,13 +81,17 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
     seconds = time.perf_counter() - t0
     if sol.status == "infeasible":
         raise InfeasibleError(f"no schedule of {n} micro-batches fits memory M={spec.memory}")
+    note = "optimum proven" if sol.proven else f"time limit {time_limit:g} s reached: best found, not proven optimal"
+    starts = sol.starts
     if not sol.ok:
-        raise OptimalTimeout(f"TO found no schedule of {n} micro-batches within {time_limit:g} s ({name})")
-    slots = tuple(sorted(Slot(t, b, mb) for (b, mb), t in zip(keys, sol.starts)))
+        if hints is None:
+            raise OptimalTimeout(f"TO found no schedule of {n} micro-batches within {time_limit:g} s ({name})")
+        starts = hints  # the solver did not even get back to the known schedule: report that one
+        note = f"time limit {time_limit:g} s reached before the solver returned a schedule: the hint is the best known"
+    slots = tuple(sorted(Slot(t, b, mb) for (b, mb), t in zip(keys, starts)))
     schedule = Schedule(microbatches=n, slots=slots, name="to")
     validate(spec, schedule)
     lb = lower_bound(spec)
-    note = "optimum proven" if sol.proven else f"time limit {time_limit:g} s reached: best found, not proven optimal"
     info = SearchInfo(solver=name, method="to", proven=sol.proven, seconds=seconds, lower_bound=lb,
                       period=0, nr=n, note=note)
     return OptimalResult(schedule, info)

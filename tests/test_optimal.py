@@ -87,3 +87,12 @@ def test_bad_arguments():
         optimal(vshape(), 0)
     with pytest.raises(TesselError, match="unknown solver"):
         optimal(vshape(), solver="gurobi")
+
+
+def test_hint_is_the_fallback_when_the_limit_is_too_short():
+    spec = mshape(n=12)
+    hint = build(spec, "1f1b+")
+    r = optimal(spec, hint=hint, time_limit=0.01)
+    assert r.schedule.makespan(spec) <= hint.makespan(spec)
+    assert not r.info.proven
+    validate(spec, r.schedule)
