@@ -229,8 +229,8 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
         # Phases stay numbered for N = N_R so the plan can still be extended (see extend.parts_of).
         sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
         validate(spec, sched)
-        note = "; ".join(x for x in (note, f"N={n} is below the repetend's N_R={rep.nr}: solved all {n} "
-                                     "micro-batches directly (the repetend is kept for larger N)") if x)
+        note = "; ".join(x for x in (note, f"N={n} is below the repetend's N_R={rep.nr}: solved the {n} "
+                                     "micro-batch(es) directly (the repetend is kept for larger N)") if x)
     if not proven and not note:
         note = "a solver call hit the time limit"
     info = SearchInfo(solver, method, proven, clock.elapsed(), lower, rep.period, rep.nr,

@@ -1,0 +1,67 @@
+"""`tessel search` on the command line: plan file, JSON summary, exit codes, no partial output."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tessel_dsl.plan import load_plan
+from tessel_dsl.validate import validate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tessel(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "tessel_dsl.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_search_writes_a_valid_plan_and_json_summary(tmp_path):
+    out = tmp_path / "v.json"
+    r = tessel("search", str(ROOT / "specs/vshape.tsl"), "-o", str(out), "--json", "-n", "12", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["period"] == summary["lower_bound"] == 4 and summary["gap"] == 0
+    assert summary["makespan"] == (12 + 3) * 4 and summary["proven"] is True
+    plan = load_plan(out)
+    validate(plan.spec, plan.schedule)
+    assert plan.search.period == 4 and plan.programs
+    assert list(plan.peak_memory) == summary["peak_memory"]
+
+
+def test_default_output_name_and_table(tmp_path):
+    r = tessel("search", str(ROOT / "specs/kshape.tsl"), "--mode", "infer", "--solver", "z3",
+               "--method", "enumerate", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "kshape.plan.json").exists()
+    assert "repetend period" in r.stdout and "kshape.plan.json" in r.stdout
+
+
+def test_time_limit_says_unproven(tmp_path):
+    r = tessel("search", str(ROOT / "specs/mshape.tsl"), "--time-limit", "0.01", "--json", "-o", "m.json",
+               cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["proven"] is False and summary["note"]
+
+
+def test_user_errors_exit_1_without_traceback_or_file(tmp_path):
+    spec = tmp_path / "tight.tsl"
+    spec.write_text((ROOT / "specs/vshape.tsl").read_text().replace("memory 4", "memory 0", 1))
+    assert "memory 0" in spec.read_text()
+    r = tessel("search", str(spec), "-o", "out.json", cwd=tmp_path)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and "below what one micro-batch needs" in r.stderr
+    assert not (tmp_path / "out.json").exists()
+    r = tessel("search", str(tmp_path / "missing.tsl"), cwd=tmp_path)
+    assert r.returncode in (1, 2) and "Traceback" not in r.stderr
+
+
+def test_usage_errors_exit_2(tmp_path):
+    for args in (["--solver", "gurobi"], ["--method", "magic"], ["--mode", "eval"], ["-n", "0"]):
+        r = tessel("search", str(ROOT / "specs/vshape.tsl"), *args, cwd=tmp_path)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr
