@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        opts = Options(args.model, parse_model_args(args.model_arg), backend, args.timeout, args.steps, args.warmup)
+        opts = Options(args.model, parse_model_args(args.model_arg), backend, args.timeout, args.steps, args.warmup,
+                       collect=True)
         rep = rank_main(rank, world, plan_to_json(plan), opts, "env://", local_rank=local)
         if rep is not None:
             from .trace import write_trace

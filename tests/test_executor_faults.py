@@ -1,0 +1,52 @@
+"""A rank that raises or stalls makes the whole run fail with an ExecutionError that names the
+rank, the step and the action -- within the timeout, never a hang and never a traceback."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+import executor  # noqa: E402
+from executor.models import shapes  # noqa: E402
+from tessel_dsl.errors import ExecutionError  # noqa: E402
+
+from .executor_support import plan_for  # noqa: E402
+
+
+def plan():
+    return plan_for(shapes.vshape(2, microbatches=2), "1f1b", 2)
+
+
+def test_a_raising_block_names_rank_step_and_action():
+    with pytest.raises(ExecutionError) as err:
+        executor.run(plan(), "tests.executor_faulty:factory", timeout=20, model_args={"how": "raise"})
+    msg = str(err.value)
+    assert msg.startswith("rank 1, iteration 0, step ")
+    assert "(F1:0): ValueError: boom in the user's block" in msg
+
+
+def test_a_stalled_rank_fails_the_run_within_the_timeout():
+    t0 = time.monotonic()
+    with pytest.raises(ExecutionError) as err:
+        executor.run(plan(), "tests.executor_faulty:factory", timeout=3, model_args={"how": "hang"})
+    elapsed = time.monotonic() - t0
+    msg = str(err.value)
+    assert msg.startswith("rank 1 stalled: no progress for"), msg
+    assert "(F1:0)" in msg.splitlines()[0]
+    assert "rank 0" in msg  # the rank left waiting is listed too
+    assert elapsed < 60
+
+
+def test_a_factory_that_fails_is_reported_with_its_rank():
+    with pytest.raises(ExecutionError, match=r"rank \d: RuntimeError: cannot build this model"):
+        executor.run(plan(), "tests.executor_faulty:broken_factory", timeout=20)
+
+
+@pytest.mark.parametrize("ref,match", [("nocolon", "MODULE:FACTORY"),
+                                       ("no_such_module_x:factory", "cannot import model module"),
+                                       ("executor.models.chain:nope", "no factory function 'nope'")])
+def test_bad_model_references(ref, match):
+    with pytest.raises(ExecutionError, match=match):
+        executor.run(plan(), ref, timeout=20)
