@@ -34,13 +34,15 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
                                      param_hint="--set/--mode")
         plan = load_plan(path)
         if microbatches is not None and microbatches != plan.schedule.microbatches:
-            if plan.schedule.repetend is None:
-                raise TesselError(
-                    f"{path}: schedule '{plan.schedule.name}' has no repetend, so it cannot be re-extended "
-                    f"to N={microbatches}; search the spec again with --microbatches {microbatches}")
-            from ..search import extend
+            from .. import search as search_mod
 
-            schedule = extend(plan.spec, plan.schedule, microbatches)
+            reextend = getattr(search_mod, "reextend", None)
+            if reextend is not None:  # also handles N below the repetend's N_R
+                schedule = reextend(plan.spec, plan.schedule, microbatches)
+            else:
+                from ..extend import extend
+
+                schedule = extend(plan.spec, plan.schedule, microbatches, name=plan.schedule.name)
             keep = plan.programs[0].blocking if plan.programs else False
             plan = make_plan(plan.spec, schedule, plan.search, blocking=keep if blocking is None else blocking)
         return plan
@@ -48,8 +50,12 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
     from ..search import search
 
     spec = parse_file(path, sets=sets or None, mode=mode)
-    with err_console.status(f"searching a schedule for {spec.name}..."):
-        result = search(spec, microbatches=microbatches)
+    with err_console.status(f"searching a schedule for {spec.name}...") as status:
+        def progress(p) -> None:
+            status.update(f"searching {spec.name}: {p.phase}, period {p.period or '-'} "
+                          f"(lower bound {p.lower_bound}), {p.tried} candidates, {p.elapsed:.0f}s")
+
+        result = search(spec, microbatches=microbatches, progress=progress)
     return make_plan(spec, result.schedule, result.info, blocking=bool(blocking))
 
 
