@@ -22,6 +22,9 @@ from tessel_dsl.torch_csv import (
 )
 
 
+SPECS = Path(__file__).resolve().parents[1] / "specs"
+
+
 def chain(ranks: list[int], split: bool = False, memory: int = 100, mode: Mode = Mode.TRAIN) -> Spec:
     """Stages F0..F{S-1} on `ranks`, backward B (or I + W) per stage, costs 1 / 2 (1 + 1)."""
     s = len(ranks)
@@ -251,6 +254,47 @@ def test_pytorch_runtime_matches_single_process(tmp_path, ranks, split, fmt):
     for k, ref in enumerate(ref_grads):
         for got, want in zip(grads[k], ref):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, fmt", [
+    ("vshape", "compute_only"), ("vshape", "compute_comms"),
+    ("zerobubble", "compute_only"), ("zerobubble", "compute_comms"),
+    ("interleaved", "compute_comms"),
+])
+def test_pytorch_runtime_runs_searched_plans_of_shipped_specs(tmp_path, name, fmt):
+    """Tessel's own schedules for the shipped specs (D=2), run by PyTorch, match one process."""
+    torch = pytest.importorskip("torch")
+    from tessel_dsl.parser import parse_file
+    from tessel_dsl.search import search
+    from tests.torch_pipeline_check import reference, run_pipeline
+
+    n = 4
+    spec = parse_file(SPECS / f"{name}.tsl", sets={"D": "2"})
+    result = search(spec, microbatches=n)
+    path = tmp_path / "sched.csv"
+    export_torch_csv(make_plan(spec, result.schedule, result.info), path, comms=fmt == "compute_comms")
+    ranks = list(stage_map(spec).ranks)
+    losses, grads = run_pipeline(str(path), ranks, n, fmt)
+    ref_losses, ref_grads = reference(len(ranks), n)
+    assert losses == pytest.approx(ref_losses, abs=1e-5)
+    for k, ref in enumerate(ref_grads):
+        for got, want in zip(grads[k], ref):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("mshape", "block E runs on devices 0,1,2,3 at once"),
+    ("nnshape", "block E1 runs on devices 0,1,2,3 at once"),
+    ("kshape", "runs on devices 0,1,2,3 at once"),
+    ("xshape", "2 separate chains"),
+])
+def test_shipped_specs_pytorch_cannot_express(name, why):
+    from tessel_dsl.parser import parse_file
+
+    with pytest.raises(TorchCsvError, match="cannot be expressed") as info:
+        stage_map(parse_file(SPECS / f"{name}.tsl"))
+    assert why in str(info.value)
 
 
 # ----------------------------------------------------------------------------- command line
