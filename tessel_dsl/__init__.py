@@ -45,8 +45,8 @@ A schedule can be built and checked without any solver::
     >>> sched = Schedule(1, (Slot(0, "F0", 0), Slot(1, "F1", 0), Slot(2, "B1", 0), Slot(4, "B0", 0)))
     >>> validate(spec, sched)           # raises ScheduleError when a rule is broken
     >>> plan = make_plan(spec, sched)
-    >>> print(plan.programs[0].text())
-    F0:0 SEND F0:0>1 RECV B1:0<1 WAIT B1:0<1 B0:0
+    >>> [str(a) for a in plan.programs[0].actions if a.op.value != "WAIT"]
+    ['F0:0', 'SEND F0:0>1', 'RECV B1:0<1', 'B0:0']
     >>> print(export_torch_csv(plan), end="")
     0F0,0B0
     1F0,1B0
