@@ -1,0 +1,205 @@
+"""Shared by bench/gpu_run.py and bench/gpu4.py: the GPU-sized specs and their plans (made here,
+where the search runs), executor runs and PyTorch's own Schedule1F1B on the same model (there,
+where only torch is installed)."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PLANS = ROOT / "bench" / "plans"
+
+# An embedding-heavy GPT: a 256k vocabulary makes the embedding and LM head as large as the layers.
+GPT = {"vocab": 256000, "hidden": 4096, "heads": 32, "layers": 4, "seq": 2048, "batch": 1, "dtype": "bf16"}
+ENCDEC = {"vocab": 256000, "hidden": 2048, "heads": 16, "layers": 4, "src": 1024, "tgt": 1024, "batch": 2,
+          "dtype": "bf16"}
+BRANCHES = {"vocab": 32000, "hidden": 4096, "heads": 32, "layers": 4, "cross": 4, "text": 512, "patches": 576,
+            "patch_dim": 768, "classes": 1000, "batch": 4, "dtype": "bf16"}
+
+
+def costed(spec, times: dict[str, int], memory: dict[str, int] | None = None, capacity: int | None = None):
+    """`spec` with block times (and memory deltas) replaced by name pattern: exact name first,
+    then the first letter class (``F`` forward stage, ``B`` backward stage)."""
+    from tessel_dsl.ir import Block, Spec
+
+    def pick(table, b, default):
+        if b.name in table:
+            return table[b.name]
+        key = b.name[0] if b.name[1:].isdigit() else None
+        return table.get(key, default)
+
+    blocks = tuple(Block(b.name, b.kind, b.devices, pick(times, b, b.time), pick(memory or {}, b, b.memory), b.forward)
+                   for b in spec.blocks)
+    return Spec(spec.name, spec.devices, capacity or spec.memory, blocks, spec.edges, spec.microbatches, spec.mode)
+
+
+def make_plan(spec, schedule: str, n: int, path: Path, blocking: bool = False, time_limit: float = 120) -> dict:
+    """Search (or build a baseline) and lower; save the plan; return a line for the log."""
+    from tessel_dsl import baselines
+    from tessel_dsl.lower import lower
+    from tessel_dsl.plan import Plan, SearchInfo, save_plan
+
+    t = time.time()
+    if schedule == "tessel":
+        from tessel_dsl.search import search
+
+        res = search(spec, microbatches=n, time_limit=time_limit)
+        sched, info = res.schedule, res.info
+    else:
+        sched, info = baselines.build(spec, schedule, n), SearchInfo(method=schedule)
+    plan = Plan(spec, sched, lower(spec, sched, blocking=blocking), info, sched.peak_memory(spec))
+    save_plan(plan, path)
+    return {"plan": path.name, "schedule": schedule, "n": n, "makespan_units": sched.makespan(spec),
+            "bubble": round(sched.bubble_rate(spec), 4), "seconds": round(time.time() - t, 2)}
+
+
+def smoke() -> bool:
+    """No GPU here: run everything tiny on CPU ranks (gloo), to check the script before a lease."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+TINY = {"gpt": {"vocab": 64, "hidden": 16, "heads": 2, "layers": 4, "seq": 8, "batch": 1},
+        "encdec": {"vocab": 64, "hidden": 16, "heads": 2, "layers": 2, "src": 8, "tgt": 6, "batch": 1},
+        "branches": {"vocab": 64, "hidden": 16, "heads": 2, "layers": 2, "cross": 2, "text": 8, "patches": 6,
+                     "patch_dim": 12, "classes": 5, "batch": 1}}
+
+
+def sizes(kind: str, full: dict) -> dict:
+    return TINY[kind] if smoke() else full
+
+
+def run_plan(path: Path, model: str, args: dict, steps: int = 3, warmup: int = 2) -> dict:
+    import executor
+
+    t = time.time()
+    rep = executor.run(path, model, backend="gloo" if smoke() else "nccl", steps=steps, warmup=warmup, timeout=300, collect=True,
+                       model_args=args)
+    s = rep.summary()
+    s["wall_s"] = round(time.time() - t, 1)
+    return s
+
+
+# -- PyTorch's Schedule1F1B on a V-shape split of the same GPT -------------------------------------
+
+def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmup: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    from executor.models.common import init_seed, split_evenly
+    from executor.models.gpt import GPT as Model, Config
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    cfg = Config.of(sizes("gpt", GPT))
+    init_seed(cfg.seed, dev)
+    with torch.device(dev):
+        full = Model(cfg)
+    part = split_evenly(cfg.layers, world)[rank]
+
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.last = rank == 0, rank == world - 1
+            self.layers = nn.ModuleList(full.layers[j] for j in part)
+            if self.first:
+                self.embed, self.pos = full.embed, full.pos
+            if self.last:
+                self.norm, self.head = full.norm, full.head
+
+        def forward(self, x):
+            if self.first:
+                x = self.embed(x) + self.pos.weight
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(self.norm(x)) if self.last else x
+
+    def loss_fn(logits, labels):
+        return F.cross_entropy(logits.float().reshape(-1, cfg.vocab), labels.reshape(-1))
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    stage_mod = Stage()
+    stage = PipelineStage(stage_mod, rank, world, dev)
+    sched = Schedule1F1B(stage, n, loss_fn=loss_fn)
+    batches = [full.batch(mb, dev) for mb in range(n)]
+    tokens = torch.cat([b[0] for b in batches])
+    labels = torch.cat([b[1] for b in batches])
+    times = []
+    for it in range(warmup + steps):
+        stage_mod.zero_grad(set_to_none=True)
+        sync()
+        dist.barrier()
+        t0 = time.perf_counter()
+        if rank == 0:
+            sched.step(tokens)
+        elif rank == world - 1:
+            sched.step(target=labels)
+        else:
+            sched.step()
+        sync()
+        if it >= warmup:
+            times.append(time.perf_counter() - t0)
+    t = torch.tensor(times, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        Path(out).write_text(json.dumps({"iterations": t.tolist()}))
+    dist.destroy_process_group()
+
+
+def torch_1f1b(world: int, n: int, steps: int = 3, warmup: int = 2) -> dict:
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from executor.launch import free_port
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "r.json")
+        t = time.time()
+        mp.spawn(_torch_1f1b_rank, args=(world, free_port(), n, steps, warmup, out), nprocs=world)
+        its = json.loads(Path(out).read_text())["iterations"]
+    it = statistics.median(its)
+    return {"schedule": "torch Schedule1F1B (V split)", "microbatches": n, "iterations": its,
+            "measured": {"iteration": it}, "throughput_mb_per_s": n / it, "wall_s": round(time.time() - t, 1)}
+
+
+def gpu_info() -> str:
+    import torch
+
+    if smoke():
+        return "CPU smoke run (tiny sizes, gloo)"
+    return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+
+
+def row(name: str, s: dict, base: float | None = None) -> str:
+    m, sim = s["measured"], s.get("simulated")
+    it = m["iteration"] * 1e3
+    speed = f"{base / m['iteration']:.2f}x" if base else "-"
+    if sim:
+        wm = max(s["wait_share_measured"])
+        ws = max(s["wait_share_simulated"])
+        return (f"| {name} | {it:.1f} | {sim['iteration'] * 1e3:.1f} | {s['throughput_mb_per_s']:.2f} | {speed} | "
+                f"{wm:.1%} | {ws:.1%} | {(wm - ws) * 100:+.1f} pt |")
+    return f"| {name} | {it:.1f} | - | {s['throughput_mb_per_s']:.2f} | {speed} | - | - | - |"
+
+
+HEADER = ("| run | iteration ms (measured) | iteration ms (simulated) | micro-batches/s | vs baseline | "
+          "max wait share (measured) | max wait share (simulated) | difference |\n|---|---|---|---|---|---|---|---|")

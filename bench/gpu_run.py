@@ -1,0 +1,67 @@
+"""Two GPUs: a searched M-shape plan vs PyTorch's Schedule1F1B on the same embedding-heavy GPT.
+
+Here (where the search runs):   python bench/gpu_run.py --make-plans
+On the GPU machine (torch only): PYTHONPATH=. python bench/gpu_run.py [--out DIR]
+
+Runs the M-shape plan with non-blocking and blocking communication and Schedule1F1B on a V-shape
+split of the same model (same weights, micro-batches, GPUs), then prints a Markdown table:
+measured iteration time, the plan replayed with the measured block times (simulated), throughput,
+and the largest per-device share of time spent waiting, measured and simulated.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from gpu_common import GPT, HEADER, PLANS, costed, gpu_info, make_plan, row, run_plan, sizes, torch_1f1b
+
+N = 16
+
+
+def make_plans() -> None:
+    from executor.models import shapes
+
+    # Block costs in ~1 ms units as sized in GPT: a stage of two layers 3 forward / 6 backward,
+    # the vocab-parallel head (half the vocabulary per GPU) 4 / 7, the embedding lookup 1 / 1.
+    spec = costed(shapes.mshape(2, head=True, microbatches=N),
+                  {"E": 1, "EB": 1, "H": 4, "HB": 7, "F": 3, "B": 6}, {"H": 1, "HB": -1}, capacity=8)
+    for blocking in (False, True):
+        name = f"gpt2_mshape_tessel{'_blocking' if blocking else ''}.json"
+        print(make_plan(spec, "tessel", N, PLANS / name, blocking=blocking))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--make-plans", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    if args.make_plans:
+        make_plans()
+        return
+    results = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d"), "model": GPT, "microbatches": N}
+    print(results["gpu"], flush=True)
+    base = torch_1f1b(2, N)
+    print("torch 1F1B", base, flush=True)
+    results["torch_1f1b"] = base
+    for mode in ("", "_blocking"):
+        s = run_plan(PLANS / f"gpt2_mshape_tessel{mode}.json", "executor.models.gpt:factory", sizes("gpt", GPT))
+        results[f"tessel{mode or '_nonblocking'}"] = s
+        print(mode or "non-blocking", json.dumps(s), flush=True)
+    b = base["measured"]["iteration"]
+    lines = [f"GPT vocab {GPT['vocab']}, hidden {GPT['hidden']}, {GPT['layers']} layers, seq {GPT['seq']}, "
+             f"{N} micro-batches of {GPT['batch']}, bf16, on {results['gpu']}", "", HEADER,
+             row("Schedule1F1B (torch, V split)", base),
+             row("Tessel M-shape, non-blocking", results["tessel_nonblocking"], b),
+             row("Tessel M-shape, blocking", results["tessel_blocking"], b)]
+    table = "\n".join(lines)
+    print(table)
+    with open(os.path.join(args.out, "gpu_run.json"), "w") as fh:
+        json.dump(results, fh, indent=1)
+    with open(os.path.join(args.out, "gpu_run.md"), "w") as fh:
+        fh.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
