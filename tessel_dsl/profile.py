@@ -4,7 +4,9 @@ The measuring itself happens in `executor.profile` (it needs torch); this module
 arithmetic and writes the result as a flat `.tsl` file, so `tessel search` reads it unchanged:
 
 * time: one resolution for the whole spec, a round 1/2/5 x 10^k seconds chosen so the quickest
-  measured action is 2 to 5 units (`resolution time 20us`); every positive time stays >= 1;
+  measured action is 2 to 5 units (`resolution time 20us`); actions quicker than 1/200 of the
+  slowest are left out of that choice, so the slowest stays below about 1000 units; every
+  positive time stays >= 1;
 * memory: a forward block costs its measured activation bytes; its backward blocks release them
   in the proportions the original spec gave (so a split I/W keeps its modelling). A spec with a
   physical memory resolution keeps it and its capacity M. A spec in abstract units gets a new
@@ -77,7 +79,10 @@ def apply_measurements(spec: Spec, measurements: list[Measurement], *, time_reso
         raise TesselError("no block could be measured, so there are no costs to write")
     seconds = [v for m in by_fwd.values() for v in (m.forward, m.backward, m.input_grad, m.weight_grad)
                if v is not None and v > 0]
-    res = time_resolution or nice_floor(min(seconds) / 2)
+    # Actions below 1/200 of the slowest (e.g. the first stage's input gradient, which has no
+    # input to differentiate) would force a uselessly fine unit; they round up to 1 unit instead.
+    meaningful = [v for v in seconds if v >= max(seconds) / 200]
+    res = time_resolution or nice_floor(min(meaningful) / 2)
     old_res = spec.units.time_seconds if _physical_time(spec.units) else None
 
     def t_units(sec: float | None, old: Block) -> int:

@@ -241,3 +241,24 @@ def test_cli_profile_bad_model_is_a_red_error(tmp_path):
     res = _cli("profile", "--model", "nope", str(tmp_path / "chain.tsl"), "-o", str(tmp_path / "o.tsl"))
     assert res.returncode == 1 and "MODULE:FACTORY" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "o.tsl").exists()
+
+
+def test_near_zero_actions_do_not_dictate_the_resolution():
+    spec = parse(SPLIT)
+    found = [Measurement("F0", 1e-3, None, 2e-6, 2e-3, 4096), Measurement("F1", 1e-3, None, 1e-3, 2e-3, 4096)]
+    new = apply_measurements(spec, found)
+    t = {b.name: b.time for b in new.blocks}
+    assert new.units.time_seconds == pytest.approx(5e-4) and t["I0"] == 1 and t["W1"] == 4
+
+
+@pytest.mark.gpu
+def test_measure_on_cuda_uses_events_and_counts_activations():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from executor.profile import measure
+
+    found = measure(parse(CHAIN), factory, device="cuda", repeats=5, warmup=2, model_args={"hidden": 512, "wide": 4})
+    assert all(m.device.startswith("cuda") and m.forward > 0 and m.backward > 0 for m in found)
+    by = {m.block: m for m in found}
+    assert by["F1"].activation_bytes > by["F0"].activation_bytes
