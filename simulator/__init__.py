@@ -10,6 +10,7 @@ The simulator executes exactly the programs it is given (the lowering is done on
 """
 from __future__ import annotations
 
+import gc
 import time as _time
 
 from tessel_dsl.analysis import lower_bound
@@ -46,6 +47,19 @@ def simulate(source, *, link: Link | None = None, blocking: bool | None = None,
     if link.latency < 0 or link.bandwidth < 0:
         raise SimulationError("link latency and bandwidth must not be negative")
 
+    # The run allocates many small, short-lived objects and no cycles: collector passes over them
+    # cost more than the simulation itself on large plans.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(spec, programs, schedule, link, strict)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _simulate(spec: Spec, programs: tuple[Program, ...], schedule: Schedule | None, link: Link,
+              strict: bool) -> Report:
     t0 = _time.perf_counter()
     engine = Engine(spec, programs, link).run()
     wall = _time.perf_counter() - t0

@@ -204,21 +204,48 @@ def check_programs(spec: Spec, programs: tuple[Program, ...]) -> None:
     """Reject programs that do not fit the spec before simulating anything."""
     if len(programs) != spec.devices:
         raise SimulationError(f"the plan has {len(programs)} programs but the spec has {spec.devices} devices")
+    placed = {b.name: frozenset(b.devices) for b in spec.blocks}
+    compute, send = Op.COMPUTE, Op.SEND
+    good_peers: set[tuple] = set()  # (peers, is_send) already checked for this device
     for i, p in enumerate(programs):
         if p.device != i:
             raise SimulationError(f"program #{i} is labelled for device {p.device}")
+        good_peers.clear()
         for k, a in enumerate(p.actions):
-            where = f"device {i}, action #{k} ({a})"
-            block = spec.by_name.get(a.block)
-            if block is None:
-                raise SimulationError(f"{where}: unknown block {a.block!r}")
-            if a.op is Op.COMPUTE and i not in block.devices:
-                raise SimulationError(f"{where}: {a.block} is placed on device(s) "
-                                      f"{','.join(map(str, block.devices))}, not on device {i}")
-            if a.op is not Op.COMPUTE:
-                if not a.peers or any(not 0 <= q < spec.devices or q == i for q in a.peers):
-                    raise SimulationError(f"{where}: peer device out of range or the device itself")
-                if a.op is not Op.SEND and len(a.peers) != 1:
-                    raise SimulationError(f"{where}: a {a.op.value} names exactly one source device")
-            if a.op is Op.WAIT and p.blocking:
-                raise SimulationError(f"{where}: WAIT in a blocking program")
+            devs = placed.get(a.block)
+            op = a.op
+            if devs is None:
+                _explain_bad_action(spec, p, i, k, a)
+            if op is compute:
+                if i not in devs:
+                    _explain_bad_action(spec, p, i, k, a)
+                continue
+            key = (a.peers, op is send)
+            if key not in good_peers:
+                if _bad_peers(a, spec.devices, i, op is send):
+                    _explain_bad_action(spec, p, i, k, a)
+                good_peers.add(key)
+            if p.blocking and op is Op.WAIT:
+                _explain_bad_action(spec, p, i, k, a)
+
+
+def _bad_peers(a, devices: int, me: int, is_send: bool) -> bool:
+    peers = a.peers
+    if not peers or (not is_send and len(peers) != 1):
+        return True
+    return any(q == me or not 0 <= q < devices for q in peers)
+
+
+def _explain_bad_action(spec: Spec, p: Program, i: int, k: int, a) -> None:
+    where = f"device {i}, action #{k} ({a})"
+    block = spec.by_name.get(a.block)
+    if block is None:
+        raise SimulationError(f"{where}: unknown block {a.block!r}")
+    if a.op is Op.COMPUTE:
+        raise SimulationError(f"{where}: {a.block} is placed on device(s) "
+                              f"{','.join(map(str, block.devices))}, not on device {i}")
+    if a.op is Op.WAIT and p.blocking:
+        raise SimulationError(f"{where}: WAIT in a blocking program")
+    if a.op is not Op.SEND and len(a.peers) != 1:
+        raise SimulationError(f"{where}: a {a.op.value} names exactly one source device")
+    raise SimulationError(f"{where}: peer device out of range or the device itself")
