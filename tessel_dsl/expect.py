@@ -15,7 +15,9 @@ Measured values:
 from __future__ import annotations
 
 import operator
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from .errors import TesselError
@@ -160,4 +162,34 @@ def check_expectations(spec: Spec, *, blocking: bool = False, link=None,
             out += [Outcome(e, n, None, None, False, f"{type(err).__name__}: {first}") for e in exps]
             continue
         out += [judge(spec, e, n, report, plan) for e in exps]
+    return out
+
+
+_EXPECT_LINE = re.compile(r"^\s*expect\b", re.MULTILINE)
+
+
+def has_expectations(text: str) -> bool:
+    """Whether spec text declares at least one ``expect`` line (cheap, no parsing)."""
+    return bool(_EXPECT_LINE.search(text))
+
+
+def spec_files(paths, *, skip_dirs: tuple[str, ...] = ("invalid",)) -> list[Path]:
+    """The .tsl files to check: named files always; in directories (recursively), only files that
+    carry expectations and are not under a directory named like `skip_dirs` (negative examples)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            for f in sorted(p.rglob("*.tsl")):
+                rel = f.relative_to(p).parts[:-1]
+                if any(part in skip_dirs for part in rel):
+                    continue
+                try:
+                    if has_expectations(f.read_text()):
+                        out.append(f)
+                except OSError:
+                    continue
+        elif p.exists():
+            out.append(p)
+        else:
+            raise TesselError(f"{p}: no such file or directory")
     return out
