@@ -129,17 +129,17 @@ def judge(spec: Spec, e: Expectation, n: int, report, plan=None) -> Outcome:
     return Outcome(e, n, got, target, ok, detail)
 
 
-def plan_for(spec: Spec, microbatches: int, *, blocking: bool = False):
+def plan_for(spec: Spec, microbatches: int, *, blocking: bool = False, time_limit: float | None = None):
     """Search a schedule for `microbatches` micro-batches and lower it into a Plan."""
     from .plan import make_plan
     from .search import search
 
-    result = search(spec, microbatches=microbatches)
+    result = search(spec, microbatches=microbatches, time_limit=time_limit)
     return make_plan(spec, result.schedule, result.info, blocking=blocking)
 
 
 def check_expectations(spec: Spec, *, blocking: bool = False, link=None,
-                       planner: Callable | None = None) -> list[Outcome]:
+                       planner: Callable | None = None, time_limit: float | None = None) -> list[Outcome]:
     """Every expectation of `spec`, each measured on a simulated plan for its micro-batch count.
 
     A search or lowering failure for one N fails that N's expectations with the error's message
@@ -148,7 +148,9 @@ def check_expectations(spec: Spec, *, blocking: bool = False, link=None,
     """
     from simulator import simulate
 
-    planner = planner or plan_for
+    if planner is None:
+        def planner(s: Spec, n: int, blocking: bool = False):
+            return plan_for(s, n, blocking=blocking, time_limit=time_limit)
     by_n: dict[int, list[Expectation]] = {}
     for e in spec.expectations:
         by_n.setdefault(e.microbatches or spec.microbatches, []).append(e)

@@ -43,6 +43,8 @@ def test_specs(
     blocking: bool = typer.Option(False, "--blocking", help="Lower with blocking send/recv."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a spec parameter: --set K=V."),
     mode: Optional[str] = typer.Option(None, "--mode", help="train or infer."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.0,
+                                               help="Seconds per search (best schedule found so far)."),
 ) -> None:
     """Search, simulate and check every expectation of the given specs; exit 1 if any fails."""
     from rich.markup import escape as mescape
@@ -76,7 +78,7 @@ def test_specs(
             table.add_row(str(f), "[dim](no expectations)[/]", "", "", "[dim]skip[/]")
             continue
         with err_console.status(f"checking {f}..."):
-            outcomes = check_expectations(spec, blocking=blocking)
+            outcomes = check_expectations(spec, blocking=blocking, time_limit=time_limit)
         for o in outcomes:
             results.append((str(f), o))
             verdict = "[green]pass[/]" if o.passed else f"[bold red]FAIL[/] {mescape(o.detail)}"

@@ -24,7 +24,7 @@ def parse_ratio(text: str, option: str) -> float:
 
 
 def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], mode: str | None,
-                blocking: bool | None):
+                blocking: bool | None, time_limit: float | None = None):
     """A Plan from a plan file (re-extended to `microbatches` if asked) or from a spec (searched)."""
     from ..plan import load_plan, make_plan
 
@@ -55,7 +55,7 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
             status.update(f"searching {spec.name}: {p.phase}, period {p.period or '-'} "
                           f"(lower bound {p.lower_bound}), {p.tried} candidates, {p.elapsed:.0f}s")
 
-        result = search(spec, microbatches=microbatches, progress=progress)
+        result = search(spec, microbatches=microbatches, progress=progress, time_limit=time_limit)
     return make_plan(spec, result.schedule, result.info, blocking=bool(blocking))
 
 
@@ -81,6 +81,8 @@ def simulate(
     no_timeline: bool = typer.Option(False, "--no-timeline", help="Leave the timeline out of the report."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a spec parameter: --set K=V."),
     mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (specs only)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.0,
+                                               help="Seconds for the search (specs only)."),
 ) -> None:
     """Simulate a plan (or search a spec first) and report bubbles, memory, comm and deadlocks."""
     from rich.console import Console
@@ -96,7 +98,8 @@ def simulate(
     bubble_limit = parse_ratio(max_bubble, "--max-bubble") if max_bubble is not None else None
     if mode is not None and mode not in ("train", "infer"):
         raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")
-    plan = load_source(source, microbatches=microbatches, sets=parse_sets(sets), mode=mode, blocking=blocking)
+    plan = load_source(source, microbatches=microbatches, sets=parse_sets(sets), mode=mode, blocking=blocking,
+                       time_limit=time_limit)
     spec = plan.spec
     link = None
     if latency is not None or bandwidth is not None:
