@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import Location, TesselError
+from .errors import Location, ScheduleError, TesselError
 from .ir import Kind, Mode, Spec
 from .program import Op, Program
 from .schedule import Schedule
@@ -378,7 +378,6 @@ def schedule_from_csv(spec: Spec, path: str | os.PathLike, *, name: str | None =
     previous block on its device allow, so `simulate` and `compare` can judge the result.
     """
     from .compact import compact
-    from .errors import ScheduleError
     from .validate import validate
 
     try:
