@@ -71,6 +71,8 @@ def write_json_atomic(path: str | os.PathLike, data: object) -> None:
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=1)
             fh.write("\n")
+        # mkstemp creates 0600 files; a plan is an ordinary shared artefact.
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
