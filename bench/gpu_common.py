@@ -79,7 +79,7 @@ def run_plan(path: Path, model: str, args: dict, steps: int = 3, warmup: int = 2
     import executor
 
     t = time.time()
-    rep = executor.run(path, model, backend="gloo" if smoke() else "nccl", steps=steps, warmup=warmup, timeout=300, collect=True,
+    rep = executor.run(path, model, backend="gloo" if smoke() else "nccl", steps=steps, warmup=warmup, timeout=100, collect=True,
                        model_args=args)
     s = rep.summary()
     s["wall_s"] = round(time.time() - t, 1)

@@ -112,6 +112,10 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
 
     def stalled(msg: str) -> None:
         report("stalled", f"rank {rank} stalled: {msg}")
+        if os.environ.get("TESSEL_DUMP_STACKS"):
+            import faulthandler
+
+            faulthandler.dump_traceback(all_threads=True)
         os._exit(3)
 
     dog = _Watchdog(opts.timeout + 1.0, stalled)
@@ -230,6 +234,10 @@ def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
         (job / "job").write_bytes(pickle.dumps((plan_to_json(plan), opts, world, init)))
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)
+        if opts.backend == "nccl":
+            # Loading a kernel lazily while an NCCL kernel spins waiting for a peer can block the
+            # host; with sends and receives in flight during compute that is the normal case.
+            env.setdefault("CUDA_MODULE_LOADING", "EAGER")
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         if _can_fork(opts):
             _preload(opts.model)
