@@ -44,15 +44,33 @@ def talking_pairs(programs: tuple[Program, ...]) -> list[tuple[int, int]]:
 
 
 def warm_up_links(programs: tuple[Program, ...], rank: int, device: torch.device) -> None:
-    """Exchange one element over every talking pair, pairs taken in the same order everywhere."""
+    """Exchange one element each way over every talking pair, pairs in the same order everywhere,
+    with the same single isend/irecv calls the step uses (so the same communicators get made)."""
     for a, b in talking_pairs(programs):
         if rank not in (a, b):
             continue
         peer = b if rank == a else a
         out = torch.zeros(1, device=device)
         inc = torch.empty(1, device=device)
-        ops = [dist.P2POp(dist.isend, out, peer), dist.P2POp(dist.irecv, inc, peer)]
-        for w in dist.batch_isend_irecv(ops):
-            w.wait()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        first, second = (dist.isend, dist.irecv) if rank == a else (dist.irecv, dist.isend)
+        for op in (first, second):
+            op(out if op is dist.isend else inc, peer).wait()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+def warm_up_device(device: torch.device) -> None:
+    """Create the math libraries' handles and workspaces before any transfer is in flight.
+
+    The first matrix product on a stream initialises cuBLAS, which can wait for the whole device;
+    with a receive kernel already spinning for a peer that waits forever. Doing it here, while the
+    device is idle, keeps that out of the step."""
+    if device.type != "cuda":
+        return
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = torch.randn(64, 64, device=device, dtype=dtype, requires_grad=True)
+        y = torch.nn.functional.linear(x, x) @ x
+        q = x.view(1, 1, 64, 64)
+        y = y.sum() + torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum()
+        y.backward()
+    torch.cuda.synchronize(device)

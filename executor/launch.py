@@ -100,7 +100,7 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
     import torch
     import torch.distributed as dist
 
-    from .groups import make_groups, warm_up_links
+    from .groups import make_groups, warm_up_device, warm_up_links
     from .model_api import StageContext, load_factory
     from .runtime import RankRunner
 
@@ -137,6 +137,7 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
         ctx = StageContext(plan.spec, rank, world, device, groups)
         stage = load_factory(opts.model)(ctx, **opts.model_args)
         dog.beat("warming up links")
+        warm_up_device(device)
         warm_up_links(plan.programs, rank, device)
         prog = plan.programs[rank].actions
 
