@@ -38,6 +38,8 @@ class MessageManager:
     device: torch.device
     timeout: float
     tag_of: dict[str, int]
+    rank: int = 0
+    links: dict[tuple[int, int], object] = field(default_factory=dict)
     recvs: dict[tuple[str, int], _Pending] = field(default_factory=dict)
     sends: list[_Pending] = field(default_factory=list)
 
@@ -59,14 +61,16 @@ class MessageManager:
                 t.record_stream(self.stream)
         with _on(self.stream):
             for p in peers:
-                works = [dist.isend(t, p, tag=self._tag(block, mb, i)) for i, t in enumerate(tensors)]
+                group = self.links.get((self.rank, p))
+                works = [dist.isend(t, p, group=group, tag=self._tag(block, mb, i)) for i, t in enumerate(tensors)]
                 self.sends.append(_Pending(works, tensors, p))
 
     def post_recv(self, block: str, mb: int, metas: tuple[TensorMeta, ...], peer: int) -> None:
         """Allocate buffers from `metas` and start receiving into them; returns at once."""
         with _on(self.stream):
             bufs = tuple(torch.empty(m.shape, dtype=m.dtype, device=self.device) for m in metas)
-            works = [dist.irecv(b, peer, tag=self._tag(block, mb, i)) for i, b in enumerate(bufs)]
+            group = self.links.get((peer, self.rank))
+            works = [dist.irecv(b, peer, group=group, tag=self._tag(block, mb, i)) for i, b in enumerate(bufs)]
         self.recvs[(block, mb)] = _Pending(works, bufs, peer)
 
     def wait_recv(self, block: str, mb: int) -> tuple[torch.Tensor, ...]:

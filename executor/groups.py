@@ -43,19 +43,35 @@ def talking_pairs(programs: tuple[Program, ...]) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
-def warm_up_links(programs: tuple[Program, ...], rank: int, device: torch.device) -> None:
-    """Exchange one element each way over every talking pair, pairs in the same order everywhere,
-    with the same single isend/irecv calls the step uses (so the same communicators get made)."""
-    for a, b in talking_pairs(programs):
-        if rank not in (a, b):
-            continue
-        peer = b if rank == a else a
-        out = torch.zeros(1, device=device)
-        inc = torch.empty(1, device=device)
-        first, second = (dist.isend, dist.irecv) if rank == a else (dist.irecv, dist.isend)
-        for op in (first, second):
-            op(out if op is dist.isend else inc, peer).wait()
-        if device.type == "cuda":
+def directions(programs: tuple[Program, ...]) -> list[tuple[int, int]]:
+    """Every ordered (sender, receiver) pair the programs use."""
+    out: set[tuple[int, int]] = set()
+    for prog in programs:
+        for a in prog.actions:
+            if a.op is Op.SEND:
+                out.update((prog.device, p) for p in a.peers)
+    return sorted(out)
+
+
+def make_links(programs: tuple[Program, ...], backend: str | None = None) -> dict[tuple[int, int], object]:
+    """One two-rank group per direction of every talking pair.
+
+    NCCL runs the operations of one communicator in the order they were posted. Receives are
+    posted ahead of time, so with one communicator per pair a receive from the peer could sit in
+    front of a send the peer is waiting for. With one communicator per direction, each carries
+    only one sender's messages, in the order both sides post them (checked by `check_plan`)."""
+    return {(s, d): dist.new_group([s, d], backend=backend) for s, d in directions(programs)}
+
+
+def warm_up_links(links: dict[tuple[int, int], object], rank: int, device: torch.device) -> None:
+    """Move one element over every direction, in the same order everywhere, so communicators are
+    created while nothing else is in flight."""
+    for (s, d), group in sorted(links.items()):
+        if rank == s:
+            dist.isend(torch.zeros(1, device=device), d, group=group).wait()
+        elif rank == d:
+            dist.irecv(torch.empty(1, device=device), s, group=group).wait()
+        if rank in (s, d) and device.type == "cuda":
             torch.cuda.synchronize(device)
 
 

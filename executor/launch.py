@@ -64,6 +64,22 @@ def check_plan(plan: Plan, nproc: int | None = None) -> int:
                 raise PlanError(f"device {prog.device}: action {a} names unknown block {a.block!r}")
             if a.op is Op.COMPUTE and prog.device not in spec.block(a.block).devices:
                 raise PlanError(f"device {prog.device} computes {a} but {a.block} is not placed on it")
+    sent: dict[tuple[int, int], list[str]] = {}
+    got: dict[tuple[int, int], list[str]] = {}
+    for prog in plan.programs:
+        for a in prog.actions:
+            if a.op is Op.SEND:
+                for p in a.peers:
+                    sent.setdefault((prog.device, p), []).append(f"{a.block}:{a.mb}")
+            elif a.op is Op.RECV:
+                got.setdefault((a.peers[0], prog.device), []).append(f"{a.block}:{a.mb}")
+    for key in sorted(set(sent) | set(got)):
+        s, r = sent.get(key, []), got.get(key, [])
+        if s != r:
+            i = next((i for i, (x, y) in enumerate(zip(s, r)) if x != y), min(len(s), len(r)))
+            raise PlanError(f"device {key[0]} sends to device {key[1]} in another order than it receives "
+                            f"(message {i + 1}: sent {s[i] if i < len(s) else 'nothing'}, "
+                            f"received {r[i] if i < len(r) else 'nothing'}); NCCL needs one order per direction")
     for b in spec.blocks:
         if b.kind.is_backward and (b.forward not in spec.by_name or
                                    set(spec.block(b.forward).devices) != set(b.devices)):
@@ -100,7 +116,7 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
     import torch
     import torch.distributed as dist
 
-    from .groups import make_groups, warm_up_device, warm_up_links
+    from .groups import make_groups, make_links, warm_up_device, warm_up_links
     from .model_api import StageContext, load_factory
     from .runtime import RankRunner
 
@@ -133,12 +149,13 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
                                 timeout=datetime.timedelta(seconds=max(opts.timeout, 1.0)))
         control = dist.new_group(backend="gloo") if opts.backend != "gloo" else dist.group.WORLD
         groups = make_groups(plan.spec, opts.backend)
+        links = make_links(plan.programs, opts.backend)
         dog.beat("building the model")
         ctx = StageContext(plan.spec, rank, world, device, groups)
         stage = load_factory(opts.model)(ctx, **opts.model_args)
         dog.beat("warming up links")
         warm_up_device(device)
-        warm_up_links(plan.programs, rank, device)
+        warm_up_links(links, rank, device)
         prog = plan.programs[rank].actions
 
         def beat(it: int, i: int, what: str) -> None:
@@ -146,7 +163,7 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
             if chan is not None:
                 chan.progress[rank * 3:rank * 3 + 3] = memoryview(array("d", [it, i, time.monotonic()]))
 
-        runner = RankRunner(plan, stage, rank, device, opts.timeout, beat)
+        runner = RankRunner(plan, stage, rank, device, opts.timeout, beat, links)
         res = RankResult(rank=rank, device=_device_name(device))
         for it in range(opts.warmup + opts.steps):
             for m in stage.modules.values():
