@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 PLANS = ROOT / "bench" / "plans"
 
 # An embedding-heavy GPT: a 256k vocabulary makes the embedding and LM head as large as the layers.
-GPT = {"vocab": 256000, "hidden": 4096, "heads": 32, "layers": 4, "seq": 2048, "batch": 1, "dtype": "bf16"}
+GPT = {"vocab": 512000, "hidden": 4096, "heads": 32, "layers": 4, "seq": 2048, "batch": 1, "dtype": "bf16"}
 ENCDEC = {"vocab": 256000, "hidden": 2048, "heads": 16, "layers": 4, "src": 1024, "tgt": 1024, "batch": 2,
           "dtype": "bf16"}
 BRANCHES = {"vocab": 32000, "hidden": 4096, "heads": 32, "layers": 4, "cross": 4, "text": 512, "patches": 576,

@@ -24,9 +24,9 @@ def make_plans() -> None:
     from executor.models import shapes
 
     # Block costs in ~1 ms units as sized in GPT: a stage of two layers 3 forward / 6 backward,
-    # the vocab-parallel head (half the vocabulary per GPU) 4 / 7, the embedding lookup 1 / 1.
+    # the vocab-parallel head (half of a 512k vocabulary per GPU) 8 / 14, the embedding 1 / 2.
     spec = costed(shapes.mshape(2, head=True, microbatches=N),
-                  {"E": 1, "EB": 1, "H": 4, "HB": 7, "F": 3, "B": 6}, {"H": 1, "HB": -1}, capacity=8)
+                  {"E": 1, "EB": 2, "H": 8, "HB": 14, "F": 3, "B": 6}, {"H": 1, "HB": -1}, capacity=8)
     for blocking in (False, True):
         name = f"gpt2_mshape_tessel{'_blocking' if blocking else ''}.json"
         print(make_plan(spec, "tessel", N, PLANS / name, blocking=blocking))
