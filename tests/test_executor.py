@@ -182,3 +182,18 @@ def test_torchrun_entry_point(tmp_path):
     summary = json.loads(out.stdout[out.stdout.index("{"):])
     assert summary["devices"] == 2 and summary["loss"] is not None
     assert (tmp_path / "trace.json").exists()
+
+
+def test_tessel_run_cli_on_a_spec_and_on_bad_input(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "tessel_dsl.cli", "run", str(ROOT / "specs" / "mshape.tsl"), "--set", "D=2",
+           "--set", "N=4", "--model", "executor.models.gpt:factory", "--json", "--steps", "1", "--warmup", "0",
+           "--trace", str(tmp_path / "t.json")]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    s = json.loads(out.stdout)
+    assert s["devices"] == 2 and s["microbatches"] == 4 and s["loss"] > 0
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    bad = subprocess.run(cmd[:6] + ["--model", "nope"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=240)
+    assert bad.returncode == 1 and "MODULE:FACTORY" in bad.stderr and "Traceback" not in bad.stderr

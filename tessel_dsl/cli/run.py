@@ -1,0 +1,98 @@
+"""`tessel run`: execute a plan (or a spec, searched first) on this host's devices and compare the
+measured timeline with the plan replayed from the measured block times."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app, console, err_console, parse_sets
+
+
+def _plan_for(target: Path, set_: list[str] | None, microbatches: Optional[int], blocking: bool):
+    """A plan from a .tsl spec (parsed and searched here) or a plan file (re-lowered if needed)."""
+    from ..plan import Plan, load_plan, make_plan
+
+    if target.suffix == ".tsl":
+        from ..parser import parse_file
+        from ..search import search
+
+        spec = parse_file(target, sets=parse_sets(set_) or None)
+        result = search(spec, microbatches=microbatches)
+        return make_plan(spec, result.schedule, result.info, blocking=blocking)
+    plan = load_plan(target)
+    sched = plan.schedule
+    if microbatches is not None and microbatches != sched.microbatches:
+        from ..extend import extend
+
+        sched = extend(plan.spec, sched, microbatches, name=sched.name)
+    have_blocking = bool(plan.programs) and plan.programs[0].blocking
+    if sched is not plan.schedule or have_blocking != blocking or not plan.programs:
+        from ..lower import lower
+
+        plan = Plan(plan.spec, sched, lower(plan.spec, sched, blocking=blocking), plan.search,
+                    sched.peak_memory(plan.spec))
+    return plan
+
+
+@app.command()
+def run(
+    target: Path = typer.Argument(..., help="a plan.json, or a .tsl spec to search first"),
+    model: str = typer.Option(..., "--model", help="MODULE:FACTORY building each rank's blocks"),
+    model_arg: Optional[list[str]] = typer.Option(None, "--model-arg", help="K=V passed to the factory"),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="ranks to start (default: the plan's devices)"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="gloo or nccl (default: nccl with enough GPUs)"),
+    blocking: bool = typer.Option(False, "--blocking", help="blocking send/recv, for comparison"),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", help="micro-batches per iteration"),
+    steps: int = typer.Option(3, "--steps", help="measured iterations"),
+    warmup: int = typer.Option(1, "--warmup", help="unmeasured iterations first"),
+    timeout: float = typer.Option(120.0, "--timeout", help="seconds without progress before failing"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="spec parameter K=V (for a .tsl target)"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="write the measured Chrome trace here"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+) -> None:
+    """Run a plan on real devices: one process per device, NCCL on GPUs, gloo on CPUs."""
+    import executor
+    from executor.models.common import parse_model_args
+    from executor.trace import write_trace
+
+    if backend not in (None, "gloo", "nccl"):
+        raise typer.BadParameter("use gloo or nccl", param_hint="--backend")
+    try:
+        args = parse_model_args(model_arg)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--model-arg") from None
+    plan = _plan_for(target, set_, microbatches, blocking)
+    if not as_json:
+        err_console.print(f"running {plan.spec.name} ({plan.schedule.name}, N={plan.schedule.microbatches}) "
+                          f"on {plan.spec.devices} ranks ...")
+    report = executor.run(plan, model, nproc=nproc, backend=backend, timeout=timeout, steps=steps, warmup=warmup,
+                          collect=True, model_args=args)
+    summary = report.summary()
+    if trace is not None:
+        write_trace(trace, report.timelines[report.median_index()], plan.spec.name)
+    if as_json:
+        console.print_json(json.dumps(summary))
+        return
+    render(summary)
+
+
+def render(s: dict) -> None:
+    """Measured vs simulated table, one row per device."""
+    from rich.table import Table
+
+    m, sim = s["measured"], s["simulated"]
+    mode = "blocking" if s["blocking"] else "non-blocking"
+    table = Table(title=f"tessel run: {s['plan']} ({s['schedule']}, {mode}) on {s['devices']} x {s['device']}, "
+                        f"N={s['microbatches']}", title_justify="left")
+    for col in ("device", "busy ms", "wait ms (measured)", "wait ms (simulated)", "wait share", "simulated share"):
+        table.add_column(col, justify="right")
+    for d in range(s["devices"]):
+        table.add_row(f"dev{d}", f"{m['busy'][d] * 1e3:.2f}", f"{m['wait'][d] * 1e3:.2f}", f"{sim['wait'][d] * 1e3:.2f}",
+                      f"{s['wait_share_measured'][d]:.1%}", f"{s['wait_share_simulated'][d]:.1%}")
+    console.print(table)
+    console.print(f"iteration: measured {m['iteration'] * 1e3:.2f} ms, simulated {sim['iteration'] * 1e3:.2f} ms; "
+                  f"throughput {s['throughput_mb_per_s']:.2f} micro-batches/s"
+                  + (f"; loss {s['loss']:.6f}" if s.get("loss") is not None else ""))
