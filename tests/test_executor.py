@@ -194,6 +194,6 @@ def test_tessel_run_cli_on_a_spec_and_on_bad_input(tmp_path):
     s = json.loads(out.stdout)
     assert s["devices"] == 2 and s["microbatches"] == 4 and s["loss"] > 0
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
-    bad = subprocess.run(cmd[:6] + ["--model", "nope"], env=env, cwd=tmp_path, capture_output=True, text=True,
+    bad = subprocess.run(cmd[:9] + ["--model", "nope"], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=240)
     assert bad.returncode == 1 and "MODULE:FACTORY" in bad.stderr and "Traceback" not in bad.stderr
