@@ -16,6 +16,14 @@ from .helpers import one_f_one_b, vshape
 
 pytest_plugins = ["pytester"]
 
+
+def _plugin_args() -> list[str]:
+    """Load the plugin by hand only when no installed entry point already does (source tree)."""
+    from importlib.metadata import entry_points
+
+    installed = any(ep.value == "tessel_dsl.pytest_plugin" for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "tessel_dsl.pytest_plugin"]
+
 # Two devices, a chain F0 -> F1 -> B1 -> B0: tiny, so searching it takes a moment only.
 PIPE = """\
 placement tiny
@@ -146,7 +154,7 @@ def test_pytest_plugin_collects_and_reports_like_assertions(pytester, tmp_path):
     pytester.makefile(".tsl", plain=PIPE.format(expects=""))
     inv = pytester.mkdir("invalid")
     (inv / "bad.tsl").write_text("devices 1\nexpect bubble\n")
-    result = pytester.runpytest_inprocess("-p", "tessel_dsl.pytest_plugin", "-v", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(*_plugin_args(), "-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=1)
     out = result.stdout.str()
     assert "good.tsl::deadlock_free PASSED" in out
@@ -157,6 +165,6 @@ def test_pytest_plugin_collects_and_reports_like_assertions(pytester, tmp_path):
 
 def test_pytest_plugin_collects_a_named_file_even_without_expect(pytester):
     path = pytester.makefile(".tsl", broken="devices 1\nmemory 4\nforward A on 0 time 1\nexpect bubble\n")
-    result = pytester.runpytest_inprocess("-p", "tessel_dsl.pytest_plugin", str(path), "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(*_plugin_args(), str(path), "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     assert "needs a comparison" in result.stdout.str()
