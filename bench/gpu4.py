@@ -70,6 +70,7 @@ def main() -> None:
     if "gpt" in only:
         base = torch_1f1b(4, N_TRAIN)
         res["gpt_torch_1f1b"] = base
+        print("gpt_torch_1f1b", json.dumps(base), flush=True)
         b = base["measured"]["iteration"]
         m = sizes("gpt", GPT)
         rows = [row("Schedule1F1B (torch, V split)", base)]

@@ -3,6 +3,8 @@ where the search runs), executor runs and PyTorch's own Schedule1F1B on the same
 where only torch is installed)."""
 from __future__ import annotations
 
+import inspect
+
 import json
 import os
 import statistics
@@ -142,6 +144,7 @@ def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmu
     batches = [full.batch(mb, dev) for mb in range(n)]
     tokens = torch.cat([b[0] for b in batches])
     labels = torch.cat([b[1] for b in batches])
+    no_outputs = {"return_outputs": False} if "return_outputs" in inspect.signature(sched.step).parameters else {}
     times = []
     for it in range(warmup + steps):
         stage_mod.zero_grad(set_to_none=True)
@@ -151,7 +154,9 @@ def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmu
         if rank == 0:
             sched.step(tokens)
         elif rank == world - 1:
-            sched.step(target=labels)
+            # Merging every micro-batch's logits (vocab-sized) would cost tens of GiB; only
+            # the losses are needed.
+            sched.step(target=labels, **no_outputs)
         else:
             sched.step()
         sync()

@@ -110,6 +110,30 @@ class _Watchdog:
                 return
 
 
+def _prime(plan, stage, rank, device, opts, beat, links, control) -> None:
+    """Run one unmeasured iteration of the blocking lowering of the same schedule.
+
+    The first pass through a block can make the host wait for the whole GPU (library handles,
+    allocator growth, kernel selection). In the non-blocking program a receive is already posted
+    then, spinning on the GPU for a peer that may itself be stuck the same way: the ranks
+    deadlock. The blocking program has nothing in flight during compute, so every such first-time
+    cost is paid there, and the measured non-blocking iterations start warm.
+    """
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from tessel_dsl.lower import lower
+
+    from .runtime import RankRunner
+
+    blocking = dataclasses.replace(plan, programs=lower(plan.spec, plan.schedule, blocking=True))
+    for m in stage.modules.values():
+        m.zero_grad(set_to_none=True)
+    dist.barrier(group=control)
+    RankRunner(blocking, stage, rank, device, opts.timeout, beat, links).step(-1)
+
+
 def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method: str,
               chan: "Channel | None" = None, local_rank: int | None = None) -> RunReport | None:
     """Run one rank. Returns the merged report on rank 0 under torchrun, else None."""
@@ -164,6 +188,8 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
                 chan.progress[rank * 3:rank * 3 + 3] = memoryview(array("d", [it, i, time.monotonic()]))
 
         runner = RankRunner(plan, stage, rank, device, opts.timeout, beat, links)
+        if device.type == "cuda" and not plan.programs[rank].blocking:
+            _prime(plan, stage, rank, device, opts, beat, links, control)
         res = RankResult(rank=rank, device=_device_name(device))
         for it in range(opts.warmup + opts.steps):
             for m in stage.modules.values():
