@@ -109,6 +109,16 @@ def test_blocking_plan_gives_the_same_gradients():
     check_training(report, "executor.models.gpt", spec, {})
 
 
+def test_priming_iteration_leaves_the_results_unchanged(monkeypatch):
+    """The blocking priming pass (on by default on GPUs) must not leak into the measured step."""
+    monkeypatch.setenv("TESSEL_PRIME", "1")
+    spec = shapes.mshape(2, microbatches=4, head=True)
+    plan = plan_for(spec, "1f1b+", 4)
+    assert not any(p.blocking for p in plan.programs)
+    report = executor.run(plan, "executor.models.gpt:factory", collect=True, grads=True, timeout=60)
+    check_training(report, "executor.models.gpt", spec, {})
+
+
 def split_backward_spec(d: int = 2) -> Spec:
     blocks = [Block(f"F{i}", Kind.FORWARD, (i,), 1, 1) for i in range(d)]
     blocks += [Block(f"I{i}", Kind.INPUT_GRAD, (i,), 1, 0, forward=f"F{i}") for i in reversed(range(d))]
