@@ -358,8 +358,14 @@ class _Forked:
 
 
 def _forked_main(job: Path, rank: int) -> None:
-    plan_json, opts, world, init = pickle.loads((job / "job").read_bytes())
-    rank_main(rank, world, plan_json, opts, init, Channel(job, rank, world))
+    try:
+        plan_json, opts, world, init = pickle.loads((job / "job").read_bytes())
+        rank_main(rank, world, plan_json, opts, init, Channel(job, rank, world))
+    except BaseException:
+        # rank_main reports its own failures; this only catches a rank that fails after the
+        # supervisor has already reported and cleaned up (its job folder is gone), which must
+        # not print a second, confusing traceback.
+        os._exit(1)
     os._exit(0)
 
 

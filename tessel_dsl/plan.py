@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import PlanError
+from .fileio import write_text_atomic
 from .ir import Spec
 from .program import Program
 from .schedule import Schedule
@@ -65,18 +65,7 @@ def plan_from_json(data: object, origin: str = "<plan>") -> Plan:
 
 def write_json_atomic(path: str | os.PathLike, data: object) -> None:
     """Write JSON so that a crash or error never leaves a partial file behind."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1)
-            fh.write("\n")
-        # mkstemp creates 0600 files; a plan is an ordinary shared artefact.
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def save_plan(plan: Plan, path: str | os.PathLike) -> None:

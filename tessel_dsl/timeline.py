@@ -271,6 +271,6 @@ def _tick_step(span: float) -> float:
 
 def write_svg(tl: Timeline, path) -> None:
     """Write the SVG atomically (no partial file on failure)."""
-    from .trace import write_text_atomic
+    from .fileio import write_text_atomic
 
     write_text_atomic(path, to_svg(tl))

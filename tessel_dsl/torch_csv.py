@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Location, ScheduleError, TesselError
+from .fileio import write_text_atomic
 from .ir import Kind, Mode, Spec
 from .program import Op, Program
 from .schedule import Schedule
@@ -271,20 +272,6 @@ def export_torch_csv(plan, path: str | os.PathLike | None = None, *, comms: bool
         write_text_atomic(path, text)
     return text
 
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` so that a failure never leaves a partial file behind."""
-    import tempfile
-
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ----------------------------------------------------------------------------------------- import

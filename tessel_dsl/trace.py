@@ -10,10 +10,9 @@ comm, so overlap of communication with compute is visible at a glance.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from .fileio import write_text_atomic
 
 _LANES = {"compute": 0, "comm": 1}
 
@@ -74,19 +73,6 @@ def transfer_spans(transfers) -> list[Span]:
         out.append(Span(dst, float(a), float(b), f"recv {block}:{mb}<{src}", "recv", "comm", args))
     return out
 
-
-def write_text_atomic(path, text: str) -> None:
-    """Write `text` to `path` via a temporary file, so a failure never leaves a partial file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_trace(path, spans, **kwargs) -> None:

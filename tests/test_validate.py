@@ -78,3 +78,15 @@ def test_compact_closes_gaps_and_keeps_order():
     loose = one_f_one_b(spec, 3)
     spread = tuple(Slot(s.start * 3 + 7, s.block, s.mb) for s in loose.slots)
     assert compact(spec, spread) == loose.slots
+
+
+def test_unwritable_output_is_a_clear_error_and_leaves_nothing(tmp_path):
+    from tessel_dsl.errors import TesselError
+    from tessel_dsl.fileio import write_text_atomic
+
+    with pytest.raises(TesselError, match="cannot write"):
+        write_text_atomic(tmp_path / "missing-dir" / "plan.json", "{}")
+    assert list(tmp_path.iterdir()) == []
+    write_text_atomic(tmp_path / "ok.json", "{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["ok.json"]
+    assert (tmp_path / "ok.json").stat().st_mode & 0o777 == 0o644

@@ -52,7 +52,7 @@ def test_specs(
 
     from ..expect import check_expectations, format_value, spec_files
     from ..parser import parse_file
-    from ..trace import write_text_atomic
+    from ..fileio import write_text_atomic
 
     if mode is not None and mode not in ("train", "infer"):
         raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")

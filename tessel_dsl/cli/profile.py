@@ -51,7 +51,7 @@ def profile(
     """Time each block's forward and backward and measure its activations on this device."""
     from ..parser import parse_file
     from ..profile import apply_measurements, spec_to_tsl
-    from ..torch_csv import write_text_atomic
+    from ..fileio import write_text_atomic
 
     res_s = _seconds(resolution) if resolution else None
     cap = _bytes(memory) if memory else None
