@@ -23,12 +23,13 @@ from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
 from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds, forward_succs
-from .common import (DTYPES, BlockStage, Fn, TransformerLayer, copy_to_group, full_shards, init_seed,
-                     mb_generator, reduce_from_group, scale_init, shard_range, split_evenly)
+from .common import (BlockStage, Fn, ModelConfig, ResidualMLP, TransformerLayer, batch_cache, copy_to_group,
+                     forward_blocks, full_shards, mb_generator, reduce_from_group, scale_init, seeded, shard_range,
+                     stage_layers)
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ModelConfig):
     vocab: int = 256
     hidden: int = 32
     heads: int = 4
@@ -39,34 +40,13 @@ class Config:
     patch_dim: int = 24
     classes: int = 10
     batch: int = 2
-    seed: int = 0
-    dtype: str = "f32"
-
-    @classmethod
-    def of(cls, kw: dict) -> "Config":
-        unknown = set(kw) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ExecutionError(f"unknown model argument(s) {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
-        return cls(**kw)
-
-
-class CrossLayer(nn.Module):
-    """Residual MLP of the cross encoder; in a stage its hidden units are split over the group."""
-
-    def __init__(self, d: int, **kw):
-        super().__init__()
-        self.norm = nn.LayerNorm(d, **kw)
-        self.fc1 = nn.Linear(d, 4 * d, **kw)
-        self.fc2 = nn.Linear(4 * d, d, **kw)
-
-    def forward(self, x):
-        return x + self.fc2(F.gelu(self.fc1(self.norm(x))))
 
 
 class ShardedCross(nn.Module):
-    """Hidden units [lo, hi) of a `CrossLayer`: column-parallel fc1, row-parallel fc2."""
+    """Hidden units [lo, hi) of a cross-encoder layer (a gelu `ResidualMLP`): column-parallel fc1,
+    row-parallel fc2."""
 
-    def __init__(self, full: CrossLayer, lo: int, hi: int, group):
+    def __init__(self, full: ResidualMLP, lo: int, hi: int, group):
         super().__init__()
         self.norm, self.group = full.norm, group
         self.w1 = nn.Parameter(full.fc1.weight[lo:hi].detach().clone())
@@ -85,14 +65,14 @@ class Branches(nn.Module):
 
     def __init__(self, cfg: Config):
         super().__init__()
-        kw = {"dtype": DTYPES[cfg.dtype]}
+        kw = {"dtype": cfg.torch_dtype}
         d = cfg.hidden
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab, d, **kw)
         self.patch = nn.Linear(cfg.patch_dim, d, **kw)
         self.text = nn.ModuleList(TransformerLayer(d, cfg.heads, causal=False, **kw) for _ in range(cfg.layers))
         self.vision = nn.ModuleList(TransformerLayer(d, cfg.heads, causal=False, **kw) for _ in range(cfg.layers))
-        self.cross = nn.ModuleList(CrossLayer(d, **kw) for _ in range(cfg.cross))
+        self.cross = nn.ModuleList(ResidualMLP(d, F.gelu, **kw) for _ in range(cfg.cross))
         self.cls = nn.Linear(d, cfg.classes, **kw)
         scale_init(self, cfg.layers + cfg.cross)
 
@@ -102,7 +82,7 @@ class Branches(nn.Module):
         tokens = torch.randint(0, c.vocab, (c.batch, c.text), generator=g)
         patches = torch.randn(c.batch, c.patches, c.patch_dim, generator=g)
         labels = torch.randint(0, c.classes, (c.batch,), generator=g)
-        return tokens.to(device), patches.to(device, DTYPES[c.dtype]), labels.to(device)
+        return tokens.to(device), patches.to(device, c.torch_dtype), labels.to(device)
 
     def infer(self, mb: int) -> torch.Tensor:
         tokens, patches, _ = self.batch(mb, self.cls.weight.device)
@@ -123,7 +103,7 @@ class Branches(nn.Module):
 
 def roles(spec: Spec) -> tuple[list[str], list[str], str]:
     """(text chain, vision chain, join block)."""
-    fwd = [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
+    fwd = forward_blocks(spec)
     joins = [n for n in fwd if spec.block(n).is_multi_device]
     starts = [b.name for b in spec.blocks if b.name in fwd and not b.is_multi_device and not forward_preds(spec, b.name)]
     if len(joins) != 1 or len(starts) != 2:
@@ -140,9 +120,7 @@ def roles(spec: Spec) -> tuple[list[str], list[str], str]:
 
 
 def reference(spec: Spec, **kw) -> Branches:
-    cfg = Config.of(kw)
-    init_seed(cfg.seed, torch.device("cpu"))
-    return Branches(cfg)
+    return seeded(Branches, Config.of(kw))
 
 
 def factory(ctx: StageContext, **kw) -> BlockStage:
@@ -150,22 +128,17 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
     spec, rank = ctx.spec, ctx.rank
     text, vision, join = roles(spec)
     train = spec.mode is Mode.TRAIN
-    init_seed(cfg.seed, ctx.device)
-    with torch.device(ctx.device):
-        full = Branches(cfg)
-    dt = DTYPES[cfg.dtype]
+    full = seeded(Branches, cfg, ctx.device)
+    dt = cfg.torch_dtype
     metas = {**{n: (TensorMeta((cfg.batch, cfg.text, cfg.hidden), dt),) for n in text},
              **{n: (TensorMeta((cfg.batch, cfg.patches, cfg.hidden), dt),) for n in vision},
              join: (TensorMeta((), torch.float32),) if train else (TensorMeta((cfg.batch, cfg.classes), torch.float32),)}
     modules: dict[str, nn.Module] = {}
     shards: list[ParamShard] = []
     for chain, layers_of, side, entry in ((text, full.text, "text", full.embed), (vision, full.vision, "vision", full.patch)):
-        parts = split_evenly(cfg.layers, len(chain))
-        for i, name in enumerate(chain):
-            if spec.block(name).devices != (rank,):
-                continue
-            extra = {"layers": nn.ModuleList(layers_of[j] for j in parts[i])}
-            shards += [s for j in parts[i] for s in full_shards(layers_of[j], f"{side}.{j}")]
+        for i, name, layers, layer_shards in stage_layers(ctx, chain, layers_of, side):
+            extra = {"layers": layers}
+            shards += layer_shards
             if i == 0:
                 extra["entry"] = entry
                 shards += full_shards(entry, "embed" if side == "text" else "patch")
@@ -181,12 +154,10 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
         shards += full_shards(full.cls, "cls")
         order = [0 if p == text[-1] else 1 for p in forward_preds(spec, join)]
         modules[join] = Fn(_join(order, train), cross=cross, cls=full.cls)
-    cache: dict[int, tuple] = {}
+    batch = batch_cache(full, ctx.device)
 
     def data(block: str, mb: int):
-        if mb not in cache:
-            cache[mb] = full.batch(mb, ctx.device)
-        tokens, patches, labels = cache[mb]
+        tokens, patches, labels = batch(mb)
         if block == text[0]:
             return (tokens,)
         if block == vision[0]:

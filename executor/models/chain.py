@@ -15,34 +15,14 @@ from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
 from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from .common import DTYPES, BlockStage, Fn, full_shards, init_seed, mb_generator, split_evenly
+from .common import BlockStage, Fn, ModelConfig, ResidualMLP, forward_blocks, mb_generator, seeded, stage_layers
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ModelConfig):
     hidden: int = 16
     layers: int = 4
     batch: int = 4
-    seed: int = 0
-    dtype: str = "f32"
-
-    @classmethod
-    def of(cls, kw: dict) -> "Config":
-        unknown = set(kw) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ExecutionError(f"unknown model argument(s) {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
-        return cls(**kw)
-
-
-class Layer(nn.Module):
-    def __init__(self, d: int, **kw):
-        super().__init__()
-        self.norm = nn.LayerNorm(d, **kw)
-        self.fc1 = nn.Linear(d, 4 * d, **kw)
-        self.fc2 = nn.Linear(4 * d, d, **kw)
-
-    def forward(self, x):
-        return x + self.fc2(torch.tanh(self.fc1(self.norm(x))))
 
 
 class Chain(nn.Module):
@@ -51,11 +31,11 @@ class Chain(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self.layers = nn.ModuleList(Layer(cfg.hidden, dtype=DTYPES[cfg.dtype]) for _ in range(cfg.layers))
+        self.layers = nn.ModuleList(ResidualMLP(cfg.hidden, torch.tanh, dtype=cfg.torch_dtype) for _ in range(cfg.layers))
 
     def batch(self, mb: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         g = mb_generator(self.cfg.seed, mb)
-        x = torch.randn(2, self.cfg.batch, self.cfg.hidden, generator=g).to(device, DTYPES[self.cfg.dtype])
+        x = torch.randn(2, self.cfg.batch, self.cfg.hidden, generator=g).to(device, self.cfg.torch_dtype)
         return x[0], x[1]
 
     def run(self, mb: int) -> torch.Tensor:
@@ -73,7 +53,7 @@ class Chain(nn.Module):
 
 
 def stages(spec: Spec) -> list[str]:
-    fwd = [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
+    fwd = forward_blocks(spec)
     for prev, cur in zip(fwd, fwd[1:]):
         if forward_preds(spec, cur) != (prev,) or spec.block(cur).is_multi_device:
             raise ExecutionError("the chain model expects one-device forward blocks F0 -> F1 -> ... -> Fk")
@@ -81,30 +61,22 @@ def stages(spec: Spec) -> list[str]:
 
 
 def reference(spec: Spec, **kw) -> Chain:
-    cfg = Config.of(kw)
-    init_seed(cfg.seed, torch.device("cpu"))
-    return Chain(cfg)
+    return seeded(Chain, Config.of(kw))
 
 
 def factory(ctx: StageContext, **kw) -> BlockStage:
     cfg = Config.of(kw)
     names = stages(ctx.spec)
     train = ctx.spec.mode is Mode.TRAIN
-    init_seed(cfg.seed, ctx.device)
-    with torch.device(ctx.device):
-        full = Chain(cfg)
-    act = TensorMeta((cfg.batch, cfg.hidden), DTYPES[cfg.dtype])
+    full = seeded(Chain, cfg, ctx.device)
+    act = TensorMeta((cfg.batch, cfg.hidden), cfg.torch_dtype)
     metas = {n: (act,) for n in names}
     if train:
         metas[names[-1]] = (TensorMeta((), torch.float32),)
-    parts = split_evenly(cfg.layers, len(names))
     modules: dict[str, nn.Module] = {}
     shards: list[ParamShard] = []
-    for i, name in enumerate(names):
-        if ctx.spec.block(name).devices != (ctx.rank,):
-            continue
-        layers = nn.ModuleList(full.layers[j] for j in parts[i])
-        shards += [s for j in parts[i] for s in full_shards(full.layers[j], f"layers.{j}")]
+    for i, name, layers, layer_shards in stage_layers(ctx, names, full.layers, "layers"):
+        shards += layer_shards
         modules[name] = Fn(_stage_fn(train and i == len(names) - 1), layers=layers)
 
     def data(block: str, mb: int):

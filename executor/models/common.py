@@ -1,5 +1,7 @@
-"""Pieces the shipped models share: tensor-parallel autograd functions, a transformer layer, a
-generic `BlockStage`, the single-process reference step, and model-argument parsing.
+"""Pieces the shipped models share: the size-argument base `ModelConfig`, tensor-parallel autograd
+functions, transformer and residual-MLP layers, a generic `BlockStage` with helpers to build one
+(seeded full model, per-stage layer shares, batch cache), the single-process reference step, and
+model-argument parsing.
 
 The parallel functions follow Megatron-LM's conjugate pairs: `copy_to_group` is the identity
 forward and an all-reduce of gradients backward; `reduce_from_group` all-reduces forward and
@@ -9,19 +11,42 @@ with the full activation and the full gradient of the region's input.
 from __future__ import annotations
 
 import math
+import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Spec
 
-from ..model_api import ParamShard, TensorMeta
+from ..model_api import ParamShard, StageContext, TensorMeta
 
 DTYPES = {"f32": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Base of each model's sizes: every model has a ``seed`` and a ``dtype``; subclasses add their
+    own fields (all with defaults) and are built from ``--model`` arguments with `of`."""
+
+    seed: int = 0
+    dtype: str = "f32"
+
+    @classmethod
+    def of(cls, kw: dict):
+        """The config with the fields in `kw` set; an unknown name is an `ExecutionError`."""
+        unknown = set(kw) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ExecutionError(f"unknown model argument(s) {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+        return cls(**kw)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
 
 
 class _CopyToGroup(torch.autograd.Function):
@@ -136,6 +161,20 @@ class TransformerLayer(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.n3(x))))
 
 
+class ResidualMLP(nn.Module):
+    """Pre-norm residual MLP ``x + fc2(act(fc1(norm(x))))`` with a 4x hidden width."""
+
+    def __init__(self, d: int, act: Callable[[torch.Tensor], torch.Tensor] = F.gelu, **kw):
+        super().__init__()
+        self.act = act
+        self.norm = nn.LayerNorm(d, **kw)
+        self.fc1 = nn.Linear(d, 4 * d, **kw)
+        self.fc2 = nn.Linear(4 * d, d, **kw)
+
+    def forward(self, x):
+        return x + self.fc2(self.act(self.fc1(self.norm(x))))
+
+
 def split_evenly(n: int, parts: int) -> list[range]:
     """`n` items in `parts` consecutive ranges, earlier ranges one longer when uneven."""
     base, extra = divmod(n, parts)
@@ -181,6 +220,44 @@ class BlockStage:
 
 def full_shards(module: nn.Module, prefix: str) -> list[ParamShard]:
     return [ParamShard(f"{prefix}.{n}" if prefix else n, p) for n, p in module.named_parameters()]
+
+
+def forward_blocks(spec: Spec) -> list[str]:
+    """The spec's forward blocks in dependency order: what the models recognise roles from."""
+    return [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
+
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def seeded(model: Callable[[Any], M], cfg: ModelConfig, device: torch.device = torch.device("cpu")) -> M:
+    """``model(cfg)`` built on `device` from ``cfg.seed``: every rank builds the same full model and
+    keeps its part, and the single-process reference gets the very same weights."""
+    init_seed(cfg.seed, device)
+    with torch.device(device):
+        return model(cfg)
+
+
+def stage_layers(ctx: StageContext, stages: Sequence[str], layers: Sequence[nn.Module],
+                 prefix: str) -> Iterator[tuple[int, str, nn.ModuleList, list[ParamShard]]]:
+    """Splits `layers` evenly over the one-device `stages` in order and yields, for each stage that
+    runs on ``ctx.rank``, (its index, its block, its layers, their shards named ``prefix.j...``)."""
+    parts = split_evenly(len(layers), len(stages))
+    for i, name in enumerate(stages):
+        if ctx.spec.block(name).devices != (ctx.rank,):
+            continue
+        shards = [s for j in parts[i] for s in full_shards(layers[j], f"{prefix}.{j}")]
+        yield i, name, nn.ModuleList(layers[j] for j in parts[i]), shards
+
+
+def batch_cache(full: nn.Module, device: torch.device) -> Callable[[int], tuple[torch.Tensor, ...]]:
+    """``full.batch(mb, device)`` drawn once per micro-batch, since several blocks read parts of it."""
+    return functools.cache(functools.partial(full.batch, device=device))
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean token cross entropy of ``[..., vocab]`` logits against ``[...]`` labels."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
 def reference_step(model: nn.Module, microbatches: int) -> tuple[float, dict[str, torch.Tensor]]:

@@ -15,19 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
 from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from .common import (DTYPES, BlockStage, Fn, TransformerLayer, VocabEmbedding, full_shards, init_seed,
-                     mb_generator, scale_init, shard_range, split_evenly)
+from .common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, forward_blocks,
+                     full_shards, lm_loss, mb_generator, scale_init, seeded, shard_range, stage_layers)
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ModelConfig):
     vocab: int = 512
     hidden: int = 32
     heads: int = 4
@@ -35,15 +34,6 @@ class Config:
     src: int = 8
     tgt: int = 6
     batch: int = 2
-    seed: int = 0
-    dtype: str = "f32"
-
-    @classmethod
-    def of(cls, kw: dict) -> "Config":
-        unknown = set(kw) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ExecutionError(f"unknown model argument(s) {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
-        return cls(**kw)
 
 
 class EncDec(nn.Module):
@@ -51,7 +41,7 @@ class EncDec(nn.Module):
 
     def __init__(self, cfg: Config):
         super().__init__()
-        kw = {"dtype": DTYPES[cfg.dtype]}
+        kw = {"dtype": cfg.torch_dtype}
         d = cfg.hidden
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab, d, **kw)
@@ -79,14 +69,14 @@ class EncDec(nn.Module):
 
     def loss(self, mb: int) -> torch.Tensor:
         _, _, labels = self.batch(mb, self.embed.weight.device)
-        return F.cross_entropy(self._decode(mb).reshape(-1, self.cfg.vocab), labels.reshape(-1))
+        return lm_loss(self._decode(mb), labels)
 
     def infer(self, mb: int) -> torch.Tensor:
         return self._decode(mb)
 
 
 def roles(spec: Spec) -> tuple[str, list[str], str, list[str]]:
-    fwd = [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
+    fwd = forward_blocks(spec)
     multi = [n for n in fwd if spec.block(n).is_multi_device]
     if len(multi) != 2 or fwd[0] != multi[0]:
         raise ExecutionError("the encoder-decoder model expects E1(all) -> encoder stages -> E2(all) -> decoder stages")
@@ -101,9 +91,7 @@ def roles(spec: Spec) -> tuple[str, list[str], str, list[str]]:
 
 
 def reference(spec: Spec, **kw) -> EncDec:
-    cfg = Config.of(kw)
-    init_seed(cfg.seed, torch.device("cpu"))
-    return EncDec(cfg)
+    return seeded(EncDec, Config.of(kw))
 
 
 def factory(ctx: StageContext, **kw) -> BlockStage:
@@ -111,10 +99,8 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
     spec, rank = ctx.spec, ctx.rank
     e1, enc, e2, dec = roles(spec)
     train = spec.mode is Mode.TRAIN
-    init_seed(cfg.seed, ctx.device)
-    with torch.device(ctx.device):
-        full = EncDec(cfg)
-    dt = DTYPES[cfg.dtype]
+    full = seeded(EncDec, cfg, ctx.device)
+    dt = cfg.torch_dtype
     mem = TensorMeta((cfg.batch, cfg.src, cfg.hidden), dt)
     y = TensorMeta((cfg.batch, cfg.tgt, cfg.hidden), dt)
     last = (TensorMeta((), torch.float32),) if train else (TensorMeta((cfg.batch, cfg.tgt, cfg.vocab), torch.float32),)
@@ -122,12 +108,7 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
     metas[dec[-1]] = last
     modules: dict[str, nn.Module] = {}
     shards: list[ParamShard] = []
-    cache: dict[int, tuple] = {}
-
-    def batch(mb: int):
-        if mb not in cache:
-            cache[mb] = full.batch(mb, ctx.device)
-        return cache[mb]
+    batch = batch_cache(full, ctx.device)
 
     if rank in spec.block(e1).devices:
         if spec.block(e1).devices != spec.block(e2).devices:
@@ -138,18 +119,14 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
         modules[e2] = Fn(lambda m, memory, tgt: (m.table(tgt), memory), table=table)
         shards.append(ParamShard("embed.weight", table.weight, 0, lo))
     for stages, side, layers_of in ((enc, "enc", full.enc), (dec, "dec", full.dec)):
-        parts = split_evenly(cfg.layers, len(stages))
-        for i, name in enumerate(stages):
-            if spec.block(name).devices != (rank,):
-                continue
-            layers = nn.ModuleList(layers_of[j] for j in parts[i])
-            shards += [s for j in parts[i] for s in full_shards(layers_of[j], f"{side}.{j}")]
+        for _, name, layers, layer_shards in stage_layers(ctx, stages, layers_of, side):
+            shards += layer_shards
             if side == "enc":
                 modules[name] = Fn(_encode, layers=layers)
             elif name != dec[-1]:
                 modules[name] = Fn(_decode, layers=layers)
             else:
-                modules[name] = Fn(_decode_last(train, cfg.vocab), layers=layers, norm=full.norm, head=full.head)
+                modules[name] = Fn(_decode_last(train), layers=layers, norm=full.norm, head=full.head)
                 shards += full_shards(full.norm, "norm") + full_shards(full.head, "head")
 
     def data(block: str, mb: int):
@@ -175,10 +152,10 @@ def _decode(m, y, memory):
     return y, memory
 
 
-def _decode_last(train: bool, vocab: int):
+def _decode_last(train: bool):
     def run(m, y, memory, *labels):
         for layer in m.layers:
             y = layer(y, memory)
         logits = m.head(m.norm(y)).float()
-        return F.cross_entropy(logits.reshape(-1, vocab), labels[0].reshape(-1)) if train else logits
+        return lm_loss(logits, labels[0]) if train else logits
     return run

@@ -24,27 +24,19 @@ from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Spec
 
 from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from .common import (DTYPES, BlockStage, Fn, TransformerLayer, VocabEmbedding, full_shards, init_seed,
-                     mb_generator, scale_init, shard_range, split_evenly, vocab_parallel_cross_entropy)
+from .common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, copy_to_group,
+                     forward_blocks, full_shards, lm_loss, mb_generator, scale_init, seeded, shard_range,
+                     stage_layers, vocab_parallel_cross_entropy)
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ModelConfig):
     vocab: int = 512
     hidden: int = 32
     heads: int = 4
     layers: int = 4
     seq: int = 8
     batch: int = 2
-    seed: int = 0
-    dtype: str = "f32"
-
-    @classmethod
-    def of(cls, kw: dict) -> "Config":
-        unknown = set(kw) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ExecutionError(f"unknown model argument(s) {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
-        return cls(**kw)
 
 
 class GPT(nn.Module):
@@ -52,7 +44,7 @@ class GPT(nn.Module):
 
     def __init__(self, cfg: Config):
         super().__init__()
-        kw = {"dtype": DTYPES[cfg.dtype]}
+        kw = {"dtype": cfg.torch_dtype}
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden, **kw)
         self.pos = nn.Embedding(cfg.seq, cfg.hidden, **kw)
@@ -71,13 +63,12 @@ class GPT(nn.Module):
         x = self.embed(tokens) + self.pos.weight
         for layer in self.layers:
             x = layer(x)
-        logits = self.head(self.norm(x)).float()
-        return F.cross_entropy(logits.reshape(-1, self.cfg.vocab), labels.reshape(-1))
+        return lm_loss(self.head(self.norm(x)).float(), labels)
 
 
 def roles(spec: Spec) -> tuple[str | None, list[str], str | None]:
     """(embedding block, stage blocks in order, head block) of a GPT placement."""
-    fwd = [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
+    fwd = forward_blocks(spec)
     multi_src = [n for n in fwd if spec.block(n).is_multi_device and not forward_preds(spec, n)]
     multi_in = [n for n in fwd if spec.block(n).is_multi_device and forward_preds(spec, n)]
     stages = [n for n in fwd if not spec.block(n).is_multi_device]
@@ -91,26 +82,16 @@ def roles(spec: Spec) -> tuple[str | None, list[str], str | None]:
 
 
 def reference(spec: Spec, **kw) -> GPT:
-    cfg = Config.of(kw)
-    init_seed(cfg.seed, torch.device("cpu"))
-    return GPT(cfg)
+    return seeded(GPT, Config.of(kw))
 
 
 def factory(ctx: StageContext, **kw) -> BlockStage:
     cfg = Config.of(kw)
     spec, rank = ctx.spec, ctx.rank
     emb, stages, head = roles(spec)
-    init_seed(cfg.seed, ctx.device)
-    with torch.device(ctx.device):
-        full = GPT(cfg)
-    cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def batch(mb: int):
-        if mb not in cache:
-            cache[mb] = full.batch(mb, ctx.device)
-        return cache[mb]
-
-    act = TensorMeta((cfg.batch, cfg.seq, cfg.hidden), DTYPES[cfg.dtype])
+    full = seeded(GPT, cfg, ctx.device)
+    batch = batch_cache(full, ctx.device)
+    act = TensorMeta((cfg.batch, cfg.seq, cfg.hidden), cfg.torch_dtype)
     loss = TensorMeta((), torch.float32)
     metas = {s: (act,) for s in stages}
     metas[stages[-1]] = (act,) if head else (loss,)
@@ -135,7 +116,6 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
             group = ctx.group(head)
 
             def head_fn(m, x, labels, lo=lo, group=group):
-                from .common import copy_to_group
                 h = copy_to_group(m.norm(x), group)
                 return vocab_parallel_cross_entropy(F.linear(h, m.w.weight), labels, lo, group)
 
@@ -143,17 +123,14 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
             holder.weight = w
             modules[head] = Fn(head_fn, norm=full.norm, w=holder)
             shards += [ParamShard("head.weight", w, 0, lo), *full_shards(full.norm, "norm")]
-    parts = split_evenly(cfg.layers, len(stages))
-    for i, name in enumerate(stages):
-        first, last = i == 0 and not emb, i == len(stages) - 1 and not head
-        if first:
-            data[name] = "tokens"
-        if last:
-            data[name] = "labels" if not first else "both"
-        if spec.block(name).devices != (rank,):
-            continue
-        layers = nn.ModuleList(full.layers[j] for j in parts[i])
-        shards += [s for j in parts[i] for s in full_shards(full.layers[j], f"layers.{j}")]
+    first_of, last_of = (None if emb else stages[0]), (None if head else stages[-1])
+    if first_of:
+        data[first_of] = "tokens"
+    if last_of:
+        data[last_of] = "both" if last_of == first_of else "labels"
+    for _, name, layers, layer_shards in stage_layers(ctx, stages, full.layers, "layers"):
+        first, last = name == first_of, name == last_of
+        shards += layer_shards
         extra: dict[str, nn.Module] = {"layers": layers}
         if first:
             extra.update(embed=full.embed, pos=full.pos)
@@ -161,7 +138,7 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
         if last:
             extra.update(norm=full.norm, head=full.head)
             shards += full_shards(full.norm, "norm") + full_shards(full.head, "head")
-        modules[name] = Fn(_stage_fn(first, last, cfg.vocab), **extra)
+        modules[name] = Fn(_stage_fn(first, last), **extra)
 
     def data_fn(block: str, mb: int):
         what = data.get(block)
@@ -171,7 +148,7 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
     return BlockStage(modules, metas, data_fn, shards)
 
 
-def _stage_fn(first: bool, last: bool, vocab: int):
+def _stage_fn(first: bool, last: bool):
     def run(m, *args):
         args = list(args)
         x = m.embed(args.pop(0)) + m.pos.weight if first else args.pop(0)
@@ -179,6 +156,5 @@ def _stage_fn(first: bool, last: bool, vocab: int):
             x = layer(x)
         if not last:
             return x
-        logits = m.head(m.norm(x)).float()
-        return F.cross_entropy(logits.reshape(-1, vocab), args.pop(0).reshape(-1))
+        return lm_loss(m.head(m.norm(x)).float(), args.pop(0))
     return run
