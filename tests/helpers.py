@@ -1,4 +1,4 @@
-"""Small Python-built specs for tests that must not depend on the parser."""
+"""Small Python-built specs for tests that must not depend on the parser, and an in-process CLI runner."""
 from __future__ import annotations
 
 from tessel_dsl.compact import compact
@@ -30,3 +30,16 @@ def one_f_one_b(spec: Spec, n: int) -> Schedule:
         seq += [(f"B{d}", k) for k in range(b, n)]
         orders.append(seq)
     return Schedule(n, compact(spec, orders=orders), name="1f1b")
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """Runs ``tessel <argv>`` in this process: (exit code, stdout, stderr)."""
+    from tessel_dsl.cli import main
+
+    code = 0
+    try:
+        main(list(argv))
+    except SystemExit as e:
+        code = e.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -7,24 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.cli import main
 from tessel_dsl.lower import lower
 from tessel_dsl.plan import Plan, make_plan, save_plan
 from tessel_dsl.program import Op, Program
 
-from .helpers import one_f_one_b, vshape
+from .helpers import one_f_one_b, run_cli as run, vshape
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(argv))
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 
 from simulator import simulate
-from tessel_dsl.cli import main
 from tessel_dsl.expect import check_expectations, compare, describe, judge, spec_files
 from tessel_dsl.ir import Expectation
 from tessel_dsl.plan import make_plan
 
-from .helpers import one_f_one_b, vshape
+from .helpers import one_f_one_b, run_cli as run, vshape
 
 pytest_plugins = ["pytester"]
 
@@ -42,16 +41,6 @@ def tiny(tmp_path: Path, expects: str, name: str = "tiny.tsl") -> Path:
     path = tmp_path / name
     path.write_text(PIPE.format(expects=expects))
     return path
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(argv))
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_tiny_spec_parses(tmp_path):

@@ -246,6 +246,20 @@ def test_reader_skips_comm_and_fsdp_actions_and_expands_overlap():
 
 # ----------------------------------------------------------------------------- PyTorch runtime
 
+def assert_runtime_matches_single_process(path, ranks: list[int], n: int, fmt: str) -> None:
+    """PyTorch's pipeline runtime on the CSV at `path` gives the single-process losses and gradients."""
+    import torch
+
+    from tests.torch_pipeline_check import reference, run_pipeline
+
+    losses, grads = run_pipeline(str(path), ranks, n, fmt)
+    ref_losses, ref_grads = reference(len(ranks), n)
+    assert losses == pytest.approx(ref_losses, abs=1e-5)
+    for k, ref in enumerate(ref_grads):
+        for got, want in zip(grads[k], ref):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks, split, fmt", [
     ([0, 1], False, "compute_only"),        # Tessel's V shape (1F1B placement) on 2 ranks
@@ -255,19 +269,13 @@ def test_reader_skips_comm_and_fsdp_actions_and_expands_overlap():
     ([0, 1], True, "compute_comms"),
 ])
 def test_pytorch_runtime_matches_single_process(tmp_path, ranks, split, fmt):
-    torch = pytest.importorskip("torch")
-    from tests.torch_pipeline_check import reference, run_pipeline
+    pytest.importorskip("torch")
 
     n = 4
     spec = chain(ranks, split=split)
     path = tmp_path / "sched.csv"
     export_torch_csv(make_plan(spec, greedy(spec, n, late_w=split)), path, comms=fmt == "compute_comms")
-    losses, grads = run_pipeline(str(path), ranks, n, fmt)
-    ref_losses, ref_grads = reference(len(ranks), n)
-    assert losses == pytest.approx(ref_losses, abs=1e-5)
-    for k, ref in enumerate(ref_grads):
-        for got, want in zip(grads[k], ref):
-            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert_runtime_matches_single_process(path, ranks, n, fmt)
 
 
 @pytest.mark.slow
@@ -278,10 +286,9 @@ def test_pytorch_runtime_matches_single_process(tmp_path, ranks, split, fmt):
 ])
 def test_pytorch_runtime_runs_searched_plans_of_shipped_specs(tmp_path, name, fmt):
     """Tessel's own schedules for the shipped specs (D=2), run by PyTorch, match one process."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from tessel_dsl.parser import parse_file
     from tessel_dsl.search import search
-    from tests.torch_pipeline_check import reference, run_pipeline
 
     n = 4
     spec = parse_file(SPECS / f"{name}.tsl", sets={"D": "2"})
@@ -289,12 +296,7 @@ def test_pytorch_runtime_runs_searched_plans_of_shipped_specs(tmp_path, name, fm
     path = tmp_path / "sched.csv"
     export_torch_csv(make_plan(spec, result.schedule, result.info), path, comms=fmt == "compute_comms")
     ranks = list(stage_map(spec).ranks)
-    losses, grads = run_pipeline(str(path), ranks, n, fmt)
-    ref_losses, ref_grads = reference(len(ranks), n)
-    assert losses == pytest.approx(ref_losses, abs=1e-5)
-    for k, ref in enumerate(ref_grads):
-        for got, want in zip(grads[k], ref):
-            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert_runtime_matches_single_process(path, ranks, n, fmt)
 
 
 @pytest.mark.parametrize("name, why", [
