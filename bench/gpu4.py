@@ -12,12 +12,10 @@ Every row: measured and simulated iteration time, throughput and the largest wai
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import time
 
-from gpu_common import BRANCHES, ENCDEC, GPT, HEADER, PLANS, costed, gpu_info, make_plan, row, run_plan, sizes, torch_1f1b
+from gpu_common import (BRANCHES, ENCDEC, GPT, HEADER, PLANS, arg_parser, costed, gpu_info, make_plan, record, row,
+                        run_plan, sizes, torch_1f1b, write_results)
 
 N_TRAIN = 32
 N_INFER = (1, 8, 32, 128)
@@ -49,10 +47,8 @@ def make_plans() -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--make-plans", action="store_true")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--only", default="gpt,encdec,branches")
+    ap = arg_parser(__doc__)
+    ap.add_argument("--only", default="gpt,encdec,branches", help="comma-separated subset of gpt,encdec,branches")
     args = ap.parse_args()
     if args.make_plans:
         make_plans()
@@ -62,15 +58,10 @@ def main() -> None:
     lines = [f"4-GPU runs on {res['gpu']}, {res['date']}", ""]
 
     def go(key: str, plan: str, model: str, margs: dict, **kw) -> dict:
-        s = run_plan(PLANS / plan, model, margs, **kw)
-        res[key] = s
-        print(key, json.dumps(s), flush=True)
-        return s
+        return record(res, key, run_plan(PLANS / plan, model, margs, **kw))
 
     if "gpt" in only:
-        base = torch_1f1b(4, N_TRAIN)
-        res["gpt_torch_1f1b"] = base
-        print("gpt_torch_1f1b", json.dumps(base), flush=True)
+        base = record(res, "gpt_torch_1f1b", torch_1f1b(4, N_TRAIN))
         b = base["measured"]["iteration"]
         m = sizes("gpt", GPT)
         rows = [row("Schedule1F1B (torch, V split)", base)]
@@ -99,12 +90,7 @@ def main() -> None:
                                                           "executor.models.branches:factory", m),
                             base["measured"]["iteration"]))
         lines += [f"Two-branch inference {BRANCHES}", "", HEADER, *rows, ""]
-    table = "\n".join(lines)
-    print(table)
-    with open(os.path.join(args.out, "gpu4.json"), "w") as fh:
-        json.dump(res, fh, indent=1)
-    with open(os.path.join(args.out, "gpu4.md"), "w") as fh:
-        fh.write(table + "\n")
+    write_results(args.out, "gpu4", res, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Shared by bench/gpu_run.py and bench/gpu4.py: the GPU-sized specs and their plans (made here,
 where the search runs), executor runs and PyTorch's own Schedule1F1B on the same model (there,
-where only torch is installed)."""
+where only torch is installed), and the command line and result files both scripts have."""
 from __future__ import annotations
 
+import argparse
 import inspect
-
 import json
 import os
 import statistics
@@ -93,11 +93,10 @@ def run_plan(path: Path, model: str, args: dict, steps: int = 3, warmup: int = 2
 def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmup: int, out: str) -> None:
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch import nn
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-    from executor.models.common import init_seed, split_evenly
+    from executor.models.common import lm_loss, seeded, split_evenly
     from executor.models.gpt import GPT as Model, Config
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -109,9 +108,7 @@ def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmu
         dev = torch.device("cpu")
         dist.init_process_group("gloo", rank=rank, world_size=world)
     cfg = Config.of(sizes("gpt", GPT))
-    init_seed(cfg.seed, dev)
-    with torch.device(dev):
-        full = Model(cfg)
+    full = seeded(Model, cfg, dev)
     part = split_evenly(cfg.layers, world)[rank]
 
     class Stage(nn.Module):
@@ -132,7 +129,7 @@ def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmu
             return self.head(self.norm(x)) if self.last else x
 
     def loss_fn(logits, labels):
-        return F.cross_entropy(logits.float().reshape(-1, cfg.vocab), labels.reshape(-1))
+        return lm_loss(logits.float(), labels)
 
     def sync():
         if dev.type == "cuda":
@@ -208,3 +205,28 @@ def row(name: str, s: dict, base: float | None = None) -> str:
 
 HEADER = ("| run | iteration ms (measured) | iteration ms (simulated) | micro-batches/s | vs baseline | "
           "max wait share (measured) | max wait share (simulated) | difference |\n|---|---|---|---|---|---|---|---|")
+
+
+def arg_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options both GPU scripts take: ``--make-plans`` (here, where the search runs) and
+    ``--out`` (where the result files go, default ``$OUT`` or the current folder)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--make-plans", action="store_true", help="search and save the plans in bench/plans")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the .json and .md results")
+    return ap
+
+
+def record(results: dict, key: str, summary: dict) -> dict:
+    """Keeps one run's summary under `key` and prints it at once (a long run shows progress)."""
+    results[key] = summary
+    print(key, json.dumps(summary), flush=True)
+    return summary
+
+
+def write_results(out: str, stem: str, results: dict, table: str) -> None:
+    """Prints the table and writes ``<stem>.json`` (every summary) and ``<stem>.md`` (the table)."""
+    print(table)
+    with open(os.path.join(out, f"{stem}.json"), "w") as fh:
+        json.dump(results, fh, indent=1)
+    with open(os.path.join(out, f"{stem}.md"), "w") as fh:
+        fh.write(table + "\n")

@@ -10,12 +10,10 @@ and the largest per-device share of time spent waiting, measured and simulated.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import time
 
-from gpu_common import GPT, HEADER, PLANS, costed, gpu_info, make_plan, row, run_plan, sizes, torch_1f1b
+from gpu_common import (GPT, HEADER, PLANS, arg_parser, costed, gpu_info, make_plan, record, row, run_plan, sizes,
+                        torch_1f1b, write_results)
 
 N = 16
 
@@ -33,34 +31,23 @@ def make_plans() -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--make-plans", action="store_true")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = ap.parse_args()
+    args = arg_parser(__doc__).parse_args()
     if args.make_plans:
         make_plans()
         return
     results = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d"), "model": GPT, "microbatches": N}
     print(results["gpu"], flush=True)
-    base = torch_1f1b(2, N)
-    print("torch 1F1B", base, flush=True)
-    results["torch_1f1b"] = base
+    base = record(results, "torch_1f1b", torch_1f1b(2, N))
     for mode in ("", "_blocking"):
-        s = run_plan(PLANS / f"gpt2_mshape_tessel{mode}.json", "executor.models.gpt:factory", sizes("gpt", GPT))
-        results[f"tessel{mode or '_nonblocking'}"] = s
-        print(mode or "non-blocking", json.dumps(s), flush=True)
+        record(results, f"tessel{mode or '_nonblocking'}",
+               run_plan(PLANS / f"gpt2_mshape_tessel{mode}.json", "executor.models.gpt:factory", sizes("gpt", GPT)))
     b = base["measured"]["iteration"]
     lines = [f"GPT vocab {GPT['vocab']}, hidden {GPT['hidden']}, {GPT['layers']} layers, seq {GPT['seq']}, "
              f"{N} micro-batches of {GPT['batch']}, bf16, on {results['gpu']}", "", HEADER,
              row("Schedule1F1B (torch, V split)", base),
              row("Tessel M-shape, non-blocking", results["tessel_nonblocking"], b),
              row("Tessel M-shape, blocking", results["tessel_blocking"], b)]
-    table = "\n".join(lines)
-    print(table)
-    with open(os.path.join(args.out, "gpu_run.json"), "w") as fh:
-        json.dump(results, fh, indent=1)
-    with open(os.path.join(args.out, "gpu_run.md"), "w") as fh:
-        fh.write(table + "\n")
+    write_results(args.out, "gpu_run", results, "\n".join(lines))
 
 
 if __name__ == "__main__":
