@@ -14,7 +14,9 @@ device the warmup ends before that device's first repetend block and the cooldow
 last one, so memory on entry to the repetend is exactly the warmup's sum (what the repetend search
 assumed) and the cooldown starts from entry plus what the instances leave behind.
 
-With ``objective=FEASIBLE`` these are the cheap satisfiability checks of the lazy search.
+With ``objective=FEASIBLE`` these are the cheap satisfiability checks of the lazy search. An
+``effort`` (deterministic solver budget) bounds the optimising solves: the best warmup or cooldown
+found within it comes back with ``proven=False``.
 """
 from __future__ import annotations
 
@@ -99,7 +101,8 @@ def _phase(sol: Solution, keys: list[tuple[str, int]], count: int) -> Phase:
 
 
 def solve_warmup(spec: Spec, rep: Repetend, *, objective: Objective = Objective.ANCHOR,
-                 solver: str | None = None, time_limit: float | None = None) -> Phase | None:
+                 solver: str | None = None, time_limit: float | None = None,
+                 effort: float | None = None) -> Phase | None:
     """The warmup, finishing on each device before its first repetend block (None: impossible)."""
     free = warmup_blocks(rep)
     if not free:
@@ -110,14 +113,15 @@ def solve_warmup(spec: Spec, rep: Repetend, *, objective: Objective = Objective.
     shift = 0 if objective is Objective.ANCHOR else sum(spec.block(b).time for b, _ in free)
     pinned = {k: v + shift for k, v in pinned.items()}
     problem, keys = _problem(spec, free, pinned, _device_edges(spec, rep, 1, True), {}, (0,) * spec.devices)
-    sol = solve(problem, objective, time_limit, solver=solver)
+    sol = solve(problem, objective, time_limit, solver=solver, effort=effort)
     if not sol.ok:
         return None
     return _phase(sol, keys, len(free))
 
 
 def solve_cooldown(spec: Spec, rep: Repetend, *, objective: Objective = Objective.MAKESPAN,
-                   solver: str | None = None, time_limit: float | None = None) -> Phase | None:
+                   solver: str | None = None, time_limit: float | None = None,
+                   effort: float | None = None) -> Phase | None:
     """The cooldown after `N_R` pinned instances; returned numbered for ``N = N_R`` (None: impossible)."""
     base = cooldown_blocks(rep)
     if not base:
@@ -130,7 +134,7 @@ def solve_cooldown(spec: Spec, rep: Repetend, *, objective: Objective = Objectiv
     net = [sum(b.memory for b in spec.blocks_on(d)) for d in range(spec.devices)]
     initial = tuple(entry[d] + rep.nr * net[d] for d in range(spec.devices))
     problem, keys = _problem(spec, free, pinned, {}, _device_edges(spec, rep, rep.nr, False), initial)
-    sol = solve(problem, objective, time_limit, solver=solver)
+    sol = solve(problem, objective, time_limit, solver=solver, effort=effort)
     if not sol.ok:
         return None
     phase = _phase(sol, keys, len(free))

@@ -15,6 +15,22 @@ It minimises the time one micro-batch spends in the periodic schedule,
 ``max(s_i + t_i - P r_i) - min(s_i - P r_i)`` (which decides warmup plus cooldown length), then
 ``N_R``. The driver tries ``P = lower bound, lower bound + 1, ...``: the first feasible period is the
 optimum over every ``N_R`` up to the in-flight limit at once.
+
+Three additions keep the model fast at 8 devices without cutting off solutions:
+
+- **transitive dependencies**: for every pair ``i ->* j`` the longest path length ``L_ij``
+  gives ``s_j + P (r_i - r_j) >= s_i + L_ij`` (implied, but propagates far better);
+- **average memory**: with ``sigma_i = s_i - P r_i`` (block ``i`` of micro-batch 0 in the
+  unrolled schedule) one micro-batch holds ``-sum_i m_i sigma_i`` memory-time units on a device,
+  so the steady state's average level is that over ``P``, and the peak is at least the average:
+  ``-sum_i m_i sigma_i <= M P``. For a device with one allocation and its release this is exact;
+- **a common cut**: when some block runs on every device, no block of any device can straddle
+  its start, so every device's window can start there (``a_d = s_E = 0``) without losing a
+  periodic schedule; this is exact and removes most of the symmetry. Other specs keep free
+  windows with the earliest one at 0.
+
+Feasibility is monotone in the period (a repetend that works at ``P`` works unchanged at
+``P + 1``: windows stretch, dependencies only gain slack), which the driver uses.
 """
 from __future__ import annotations
 
@@ -39,30 +55,50 @@ def _result(spec: Spec, period: int, starts: list[int], offsets: list[int]) -> R
 POLISH_EFFORT = 0.1  # deterministic budget for shortening the micro-batch latency at a settled period
 
 
+def cut_block(spec: Spec) -> int | None:
+    """Index of a block that runs on every device (its start is a common cut), or None."""
+    return next((i for i, b in enumerate(spec.blocks) if len(set(b.devices)) == spec.devices), None)
+
+
+def _closure(spec: Spec) -> list[tuple[int, int, int]]:
+    """(i, j, longest path from the start of i to the start of j) for every j reachable from i."""
+    from .repetend import Shape
+
+    index = {b.name: i for i, b in enumerate(spec.blocks)}
+    return [(index[a], index[b], length) for a, row in Shape.of(spec).longest.items() for b, length in row.items()]
+
+
 def _cpsat_model(spec: Spec, period: int, max_nr: int, objective: bool):
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
-    blocks, index = spec.blocks, {b.name: i for i, b in enumerate(spec.blocks)}
+    blocks = spec.blocks
+    cut = cut_block(spec)
     span = (max_nr + 1) * period + sum(b.time for b in blocks)
-    s = [m.new_int_var(0, span, f"s_{b.name}") for b in blocks]
+    s = [m.new_int_var(0, period - b.time if cut is not None else span, f"s_{b.name}") for b in blocks]
     r = [m.new_int_var(0, max_nr - 1, f"r_{b.name}") for b in blocks]
     iv = [m.new_fixed_size_interval_var(s[i], b.time, f"iv_{b.name}") for i, b in enumerate(blocks)]
-    for e in spec.edges:
-        i, j = index[e.src], index[e.dst]
-        m.add(s[j] + period * (r[i] - r[j]) >= s[i] + blocks[i].time)
+    for i, j, length in _closure(spec):
+        m.add(s[j] + period * (r[i] - r[j]) >= s[i] + length)
         m.add(r[i] >= r[j])
     rmin = m.new_int_var(0, 0, "rmin")
     m.add_min_equality(rmin, r)
+    if cut is not None:
+        m.add(s[cut] == 0)
+    windows = []
     for d in range(spec.devices):
         on = [i for i, b in enumerate(blocks) if d in b.devices]
         if not on:
             continue
-        a = m.new_int_var(0, span, f"win{d}")
-        for i in on:
-            m.add(s[i] >= a)
-            m.add(s[i] + blocks[i].time <= a + period)
+        if cut is None:  # with a cut every window is [0, P): the domains of s say so already
+            a = m.new_int_var(0, span, f"win{d}")
+            windows.append(a)
+            for i in on:
+                m.add(s[i] >= a)
+                m.add(s[i] + blocks[i].time <= a + period)
         m.add_no_overlap([iv[i] for i in on])
+    if windows:
+        m.add_min_equality(m.new_int_var(0, 0, "wmin"), windows)
     before: dict[tuple[int, int], object] = {}
     for i, j in _pairs(spec):
         b = m.new_bool_var(f"o_{i}_{j}")
@@ -75,6 +111,9 @@ def _cpsat_model(spec: Spec, period: int, max_nr: int, objective: bool):
             continue
         entry = sum(blocks[i].memory * r[i] for i in on)
         m.add(entry <= spec.memory)
+        if sum(blocks[i].memory for i in on) == 0:  # the average is only defined when nothing leaks
+            m.add(sum(-blocks[i].memory * (s[i] - period * r[i]) for i in on if blocks[i].memory)
+                  <= spec.memory * period)
         for i in on:
             if blocks[i].memory > 0:
                 # The running sum peaks right after an allocation.
@@ -137,9 +176,8 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
     cons = []
     for i in range(len(blocks)):
         cons += [s[i] >= 0, r[i] >= 0, r[i] <= max_nr - 1]
-    for e in spec.edges:
-        i, j = index[e.src], index[e.dst]
-        cons += [s[j] + period * (r[i] - r[j]) >= s[i] + blocks[i].time, r[i] >= r[j]]
+    for i, j, length in _closure(spec):
+        cons += [s[j] + period * (r[i] - r[j]) >= s[i] + length, r[i] >= r[j]]
     cons.append(z3.Or(*[x == 0 for x in r]))
     for d in range(spec.devices):
         on = [i for i, b in enumerate(blocks) if d in b.devices]
@@ -155,6 +193,8 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
             continue
         entry = z3.Sum([blocks[i].memory * r[i] for i in on])
         cons.append(entry <= spec.memory)
+        if sum(blocks[i].memory for i in on) == 0:
+            cons.append(z3.Sum([-blocks[i].memory * (s[i] - period * r[i]) for i in on]) <= spec.memory * period)
         for i in on:
             if blocks[i].memory > 0:
                 prior = [z3.If(s[j] < s[i], blocks[j].memory, 0) for j in on if j != i]
