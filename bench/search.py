@@ -2,7 +2,7 @@
 
 For each `specs/*.tsl` in train and infer mode at D=4 and D=8 it prints: search time (median of
 `--repeat` runs), N_R, the repetend period next to the lower bound, makespan and bubble at
-N = 8, 16, 32, 128 (the searched schedule re-extended, not searched again), and for N = 8 and 16
+N = 8, 16, 32, 128 (the searched schedule re-extended with `search.reextend`, not searched again), and for N = 8 and 16
 the gap between Tessel's makespan and the time-optimal one (TO, solved with a time limit; `?`
 marks a TO that was not proven optimal within it). A second table compares solver backends and
 repetend methods. Output is Markdown; `--write bench/RESULTS.md` replaces the "Search" section.
@@ -50,8 +50,7 @@ def _pct(x: float) -> str:
 def bench_one(path: Path, mode: str, d: int, args) -> dict:
     """Search once per repeat, re-extend to every N, and solve TO at the small N."""
     from tessel_dsl.optimal import OptimalTimeout, optimal
-    from tessel_dsl.extend import extend
-    from tessel_dsl.search import search
+    from tessel_dsl.search import reextend, search
 
     spec = parse_file(path, sets={"D": str(d)}, mode=mode)
     row = {"spec": path.stem, "mode": mode, "D": d}
@@ -75,8 +74,8 @@ def bench_one(path: Path, mode: str, d: int, args) -> dict:
     for n in SIZES:
         if n == SIZES[0]:
             s = result.schedule
-        elif result.schedule.repetend is not None:
-            s = extend(spec, result.schedule, n, name="tessel")
+        elif result.schedule.repetend is not None:  # what `tessel simulate -n` gives: no new search
+            s = reextend(spec, result.schedule, n, solver=args.solver)
         else:  # no repetend (e.g. memory grows per micro-batch): search that N on its own
             s = search(spec, microbatches=n, solver=args.solver, method=args.method,
                        time_limit=args.time_limit).schedule

@@ -227,7 +227,7 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: _Clock, counte
     return rep, complete, "; ".join(notes)
 
 
-COMPLETION_EFFORT = 5.0  # deterministic solver budget of each optimising warmup / cooldown solve
+COMPLETION_EFFORT = 2.0  # deterministic solver budget of each optimising warmup / cooldown solve
 
 
 def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str = "auto",

@@ -1,0 +1,107 @@
+"""The search at 8 devices, its fallbacks, and the per-N finishing steps (baselines, end re-solve)."""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from tessel_dsl.baselines import build
+from tessel_dsl.modulo import cut_block, solve_period
+from tessel_dsl.parser import parse_file
+from tessel_dsl.refine import best_baseline, refine_ends
+from tessel_dsl.repetend import repetend_problem
+from tessel_dsl.solvers import Objective, solve
+from tessel_dsl.validate import validate
+from tests.helpers import vshape
+
+search_mod = importlib.import_module("tessel_dsl.search")
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+
+
+def _spec(name: str, devices: int = 4, mode: str = "train"):
+    return parse_file(SPECS / f"{name}.tsl", sets={"D": str(devices)}, mode=mode)
+
+
+def test_mshape_d8_period_is_settled():
+    # M=6 cannot hold the ~5 periods one micro-batch needs below P=10 with E/EB on every device.
+    spec = _spec("mshape", 8)
+    assert cut_block(spec) is not None
+    limit = search_mod.cyclic_nr_limit(spec)
+    assert solve_period(spec, 9, limit, "cpsat", None)[0] == "infeasible"
+    status, rep = solve_period(spec, 10, limit, "cpsat", None)
+    assert status == "optimal" and rep.period == 10
+    result = search_mod.search(spec, microbatches=16)
+    assert result.info.period == 10 and result.info.proven
+    validate(spec, result.schedule)
+    # 1F1B+ (the only applicable baseline) repeats every 14.
+    plus = build(spec, "1f1b+", 16)
+    assert result.schedule.makespan(spec) < plus.makespan(spec)
+
+
+def test_nnshape_d8_reaches_a_period_far_below_1f1b_plus():
+    spec = _spec("nnshape", 8)
+    result = search_mod.search(spec, microbatches=12, time_limit=120)
+    validate(spec, result.schedule)
+    assert result.info.period <= 12  # 1F1B+ repeats every 16, the serial repetend every 36
+    assert max(result.schedule.peak_memory(spec)) <= spec.memory
+
+
+def test_cyclic_feasibility_is_monotone_in_the_period():
+    spec = _spec("nnshape", 4)
+    limit = search_mod.cyclic_nr_limit(spec)
+    status, rep = solve_period(spec, 8, limit, "cpsat", None)
+    assert status == "optimal"
+    offsets = {s.block: s.mb for s in rep.slots}
+    # The same offsets schedule at every longer period (windows stretch, lags only grow).
+    for period in (9, 10, 13):
+        assert solve(repetend_problem(spec, offsets, period), Objective.FEASIBLE, None).ok
+
+
+def test_time_limit_never_returns_worse_than_the_baselines():
+    spec = _spec("mshape", 8)
+    result = search_mod.search(spec, microbatches=16, time_limit=0.01)
+    validate(spec, result.schedule)
+    assert not result.info.proven and result.info.note
+    plus = build(spec, "1f1b+", 16)
+    assert result.schedule.makespan(spec) <= plus.makespan(spec)
+    assert result.schedule.repetend is not None  # still re-extendable
+    bigger = search_mod.reextend(spec, result.schedule, 24)
+    validate(spec, bigger)
+
+
+def test_best_baseline_only_when_strictly_shorter_and_within_memory():
+    spec = _spec("mshape", 4)
+    plus = build(spec, "1f1b+", 8)
+    assert best_baseline(spec, 8, than=plus.makespan(spec)) is None
+    sched, name = best_baseline(spec, 8, than=plus.makespan(spec) + 1)
+    assert name == "1f1b+" and sched.makespan(spec) == plus.makespan(spec)
+    assert best_baseline(_spec("kshape", 4), 8, than=10 ** 6) is None  # no chain: not applicable
+
+
+@pytest.mark.parametrize("name, n, optimum", [("interleaved", 8, 76), ("zerobubble", 8, 38)])
+def test_end_resolve_reaches_the_optimum_at_small_n(name, n, optimum):
+    spec = _spec(name, 4)
+    parts_only = search_mod.search(spec, microbatches=n + 20)
+    extended = importlib.import_module("tessel_dsl.extend").extend(spec, parts_only.schedule, n)
+    assert extended.makespan(spec) > optimum  # the joins of warmup, repetend and cooldown leave gaps
+    refined, better = refine_ends(spec, extended, solver="cpsat", time_limit=None)
+    assert better and refined.makespan(spec) == optimum
+    validate(spec, refined)
+    assert refined.repetend == extended.repetend and refined.warmup == extended.warmup
+
+
+def test_search_result_at_small_n_matches_the_optimum():
+    spec = _spec("interleaved", 4)
+    result = search_mod.search(spec, microbatches=8)
+    assert result.schedule.makespan(spec) <= 88
+    validate(spec, result.schedule)
+
+
+def test_reextend_keeps_vshape_at_the_1f1b_optimum():
+    spec = vshape(devices=4, memory=4, fwd=1, bwd=3, microbatches=4)
+    result = search_mod.search(spec)
+    for n in (4, 5, 9, 20):
+        sched = search_mod.reextend(spec, result.schedule, n)
+        assert sched.makespan(spec) == (n + 3) * 4
+        validate(spec, sched)
