@@ -18,6 +18,18 @@ def lower_bound(spec: Spec) -> int:
     return max(busy_time(spec), default=0)
 
 
+def reachable(spec: Spec) -> dict[str, frozenset[str]]:
+    """For every block, the blocks that (transitively) depend on it within one micro-batch."""
+    out: dict[str, frozenset[str]] = {}
+    for name in reversed(spec.topo_order):
+        acc: set[str] = set()
+        for s in spec.succs[name]:
+            acc.add(s)
+            acc |= out[s]
+        out[name] = frozenset(acc)
+    return out
+
+
 def microbatch_memory(spec: Spec) -> tuple[int, ...]:
     """Peak memory one micro-batch needs on each device when run alone.
 

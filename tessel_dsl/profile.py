@@ -232,7 +232,7 @@ def profile_spec(spec, model, *, device=None, repeats: int = 10, warmup: int = 3
     found = measure(spec, model, device=device, repeats=repeats, warmup=warmup, model_args=model_args)
     new = apply_measurements(spec, found, time_resolution=time_resolution, capacity_bytes=capacity_bytes)
     if output is not None:
-        from .torch_csv import write_text_atomic
+        from .fileio import write_text_atomic
 
         write_text_atomic(output, spec_to_tsl(new, f"{spec.name}, with costs measured by `tessel profile`"))
     return new, found

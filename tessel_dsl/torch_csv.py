@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .analysis import reachable
 from .errors import Location, ScheduleError, TesselError
 from .fileio import write_text_atomic
 from .ir import Kind, Mode, Spec
@@ -137,17 +138,6 @@ def _check_backward_shape(spec: Spec, stages: tuple[str, ...], actions: dict[str
                           "or an I and a W for every stage")
 
 
-def _closure(spec: Spec) -> dict[str, set[str]]:
-    reach: dict[str, set[str]] = {}
-    for name in reversed(spec.topo_order):
-        r: set[str] = set()
-        for s in spec.succs[name]:
-            r.add(s)
-            r |= reach[s]
-        reach[name] = r
-    return reach
-
-
 def _check_edges(spec: Spec, stages: tuple[str, ...], actions: dict[str, tuple[int, str]]) -> None:
     """Every edge must be one PyTorch carries, and every order PyTorch assumes must be implied."""
     n = len(stages)
@@ -173,7 +163,7 @@ def _check_edges(spec: Spec, stages: tuple[str, ...], actions: dict[str, tuple[i
                               "back to the previous one")
     if not has_bwd:
         return
-    reach = _closure(spec)
+    reach = reachable(spec)
     need = [(stages[-1], first_bwd(n - 1))]
     need += [(first_bwd(k + 1), first_bwd(k)) for k in range(n - 1)]
     need += _iw_pairs(actions)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analysis import reachable
 from ..errors import TesselError
 from ..ir import Block, Spec
 
@@ -36,18 +37,6 @@ class Chain:
     @property
     def devices(self) -> tuple[int, ...]:
         return tuple(s.device for s in self.stages)
-
-
-def reachable(spec: Spec) -> dict[str, frozenset[str]]:
-    """For every block, the blocks that (transitively) depend on it within one micro-batch."""
-    out: dict[str, frozenset[str]] = {}
-    for name in reversed(spec.topo_order):
-        acc: set[str] = set()
-        for s in spec.succs[name]:
-            acc.add(s)
-            acc |= out[s]
-        out[name] = frozenset(acc)
-    return out
 
 
 def components(spec: Spec) -> list[tuple[str, ...]]:

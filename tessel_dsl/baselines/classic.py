@@ -15,10 +15,10 @@ compacts them into start times and validates the result. Definitions:
 """
 from __future__ import annotations
 
-from ..analysis import resident_memory
+from ..analysis import reachable, resident_memory
 from ..errors import InfeasibleError, ScheduleError
 from ..ir import Spec
-from .chain import Chain, NotApplicable, Stage, components, find_chain, reachable
+from .chain import Chain, NotApplicable, Stage, components, find_chain
 from .listsched import Key, play_greedy, play_queues
 
 
