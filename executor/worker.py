@@ -5,7 +5,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from .launch import Channel, rank_main
+from .rank import Channel, rank_main
 
 
 def main() -> None:

@@ -1,0 +1,214 @@
+"""One rank's life: join the process group, build the stage, run the program, report.
+
+`rank_main` runs in every rank, whether `launch.spawn` started it on this host or `torchrun`
+did. It joins the process group, creates the sub-groups and warms up the links, builds its stage
+with the user's factory, runs the program for the requested iterations and sends its timings
+(and, when asked, losses, outputs and gradients) to rank 0. A watchdog thread turns "no progress
+for `timeout` seconds" into an error naming the rank, the step and the action. A spawned rank
+reports through a `Channel`, which the parent (`launch`) watches.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tessel_dsl.errors import TesselError
+from tessel_dsl.plan import plan_from_json
+
+from .report import RankResult, RunReport
+
+
+@dataclass
+class Options:
+    """Everything a rank needs besides the plan."""
+
+    model: str
+    model_args: dict = field(default_factory=dict)
+    backend: str = "gloo"
+    timeout: float = 120.0
+    steps: int = 1
+    warmup: int = 0
+    collect: bool = False
+    grads: bool = False
+
+
+class Channel:
+    """Files in a job directory that a spawned rank reports through: its progress (a shared
+    memory map of three doubles per rank), an error file per rank, and rank 0's result."""
+
+    def __init__(self, job: Path, rank: int, world: int):
+        import mmap
+
+        self.job, self.rank = job, rank
+        self._fh = open(job / "progress", "r+b")
+        self.progress = memoryview(mmap.mmap(self._fh.fileno(), 24 * world)).cast("d")
+
+    def error(self, rank: int, kind: str, msg: str) -> None:
+        _write_atomic(self.job / f"error.{rank}", pickle.dumps((kind, msg)))
+
+    def result(self, report) -> None:
+        _write_atomic(self.job / "result", pickle.dumps(report))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class _Watchdog:
+    """Calls `on_stall` when `beat` has not been called for `timeout` seconds."""
+
+    def __init__(self, timeout: float, on_stall):
+        self.timeout, self.on_stall = timeout, on_stall
+        self.last, self.where = time.monotonic(), "start-up"
+        self.done = threading.Event()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def beat(self, where: str) -> None:
+        self.last, self.where = time.monotonic(), where
+
+    def _loop(self) -> None:
+        while not self.done.wait(0.2):
+            idle = time.monotonic() - self.last
+            if idle > self.timeout:
+                self.on_stall(f"no progress for {idle:.1f}s at {self.where}")
+                return
+
+
+def _prime(plan, stage, rank, device, opts, beat, links, control) -> None:
+    """Run one unmeasured iteration of the blocking lowering of the same schedule.
+
+    The first pass through a block can make the host wait for the whole GPU (library handles,
+    allocator growth, kernel selection). In the non-blocking program a receive is already posted
+    then, spinning on the GPU for a peer that may itself be stuck the same way: the ranks
+    deadlock. The blocking program has nothing in flight during compute, so every such first-time
+    cost is paid there, and the measured non-blocking iterations start warm.
+    """
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from tessel_dsl.lower import lower
+
+    from .runtime import RankRunner
+
+    blocking = dataclasses.replace(plan, programs=lower(plan.spec, plan.schedule, blocking=True))
+    for m in stage.modules.values():
+        m.zero_grad(set_to_none=True)
+    dist.barrier(group=control)
+    RankRunner(blocking, stage, rank, device, opts.timeout, beat, links).step(-1)
+
+
+def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method: str,
+              chan: "Channel | None" = None, local_rank: int | None = None) -> RunReport | None:
+    """Run one rank. Returns the merged report on rank 0 under torchrun, else None."""
+    import torch
+    import torch.distributed as dist
+
+    from .groups import make_groups, make_links, warm_up_device, warm_up_links
+    from .model_api import StageContext, load_factory
+    from .runtime import RankRunner
+
+    def report(kind: str, msg: str) -> None:
+        if chan is not None:
+            chan.error(rank, kind, msg)
+        else:
+            print(f"error: {msg}", file=sys.stderr, flush=True)
+
+    def stalled(msg: str) -> None:
+        report("stalled", f"rank {rank} stalled: {msg}")
+        if os.environ.get("TESSEL_DUMP_STACKS"):
+            import faulthandler
+
+            faulthandler.dump_traceback(all_threads=True)
+        os._exit(3)
+
+    dog = _Watchdog(opts.timeout + 1.0, stalled)
+    try:
+        plan = plan_from_json(plan_json)
+        local = rank if local_rank is None else local_rank
+        if opts.backend == "nccl":
+            torch.cuda.set_device(local)
+            device = torch.device("cuda", local)
+        else:
+            device = torch.device("cpu")
+            # Several ranks share the host's cores: one intra-op thread each avoids oversubscription.
+            torch.set_num_threads(int(os.environ.get("TESSEL_RANK_THREADS", "1")))
+        dist.init_process_group(opts.backend, init_method=init_method, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=max(opts.timeout, 1.0)))
+        control = dist.new_group(backend="gloo") if opts.backend != "gloo" else dist.group.WORLD
+        groups = make_groups(plan.spec, opts.backend)
+        links = make_links(plan.programs, opts.backend)
+        dog.beat("building the model")
+        ctx = StageContext(plan.spec, rank, world, device, groups)
+        stage = load_factory(opts.model)(ctx, **opts.model_args)
+        dog.beat("warming up links")
+        warm_up_device(device)
+        warm_up_links(links, rank, device)
+        prog = plan.programs[rank].actions
+
+        def beat(it: int, i: int, what: str) -> None:
+            dog.beat(f"iteration {it}, step {min(i + 1, len(prog))}/{len(prog)} ({what})")
+            if chan is not None:
+                chan.progress[rank * 3:rank * 3 + 3] = memoryview(array("d", [it, i, time.monotonic()]))
+
+        runner = RankRunner(plan, stage, rank, device, opts.timeout, beat, links)
+        # Priming matters on GPUs; TESSEL_PRIME=1 turns it on elsewhere (tests use it on gloo).
+        if (device.type == "cuda" or os.environ.get("TESSEL_PRIME") == "1") and not plan.programs[rank].blocking:
+            _prime(plan, stage, rank, device, opts, beat, links, control)
+        res = RankResult(rank=rank, device=_device_name(device))
+        for it in range(opts.warmup + opts.steps):
+            for m in stage.modules.values():
+                m.zero_grad(set_to_none=True)
+            dist.barrier(group=control)
+            first = it == 0
+            step = runner.step(it, collect=opts.collect and first)
+            if first:
+                res.losses, res.outputs = step.losses, step.outputs
+                if opts.grads:
+                    res.grads = [(s.name, s.dim, s.start, None if s.param.grad is None else s.param.grad.detach().cpu())
+                                 for s in stage.param_shards()]
+            if it >= opts.warmup:
+                res.steps.append(step.timings)
+        dog.beat("gathering results")
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(res, gathered, dst=0, group=control)
+        dog.done.set()
+        dist.destroy_process_group()
+        if rank == 0:
+            merged = RunReport.from_ranks(plan, gathered, opts.backend)
+            if chan is not None:
+                chan.result(merged)
+            return merged
+        return None
+    except TesselError as e:
+        kind = "comm" if "transfer with rank" in str(e) or "within" in str(e) else "raised"
+        report(kind, str(e))
+    except Exception as e:  # start-up failures: factory, process group, CUDA
+        report("raised", f"rank {rank}: {type(e).__name__}: {e}\n{_tail(traceback.format_exc())}")
+    finally:
+        dog.done.set()
+    if chan is not None:
+        os._exit(1)
+    raise SystemExit(1)
+
+
+def _device_name(device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def _tail(tb: str, lines: int = 6) -> str:
+    return "\n".join(tb.strip().splitlines()[-lines:])
