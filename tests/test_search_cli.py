@@ -41,7 +41,7 @@ def test_default_output_name_and_table(tmp_path):
 
 
 def test_time_limit_says_unproven(tmp_path):
-    r = tessel("search", str(ROOT / "specs/mshape.tsl"), "--time-limit", "0.01", "--json", "-o", "m.json",
+    r = tessel("search", str(ROOT / "specs/nnshape.tsl"), "--set", "D=8", "--time-limit", "0.01", "--json", "-o", "m.json",
                cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
