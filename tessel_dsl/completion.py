@@ -87,6 +87,11 @@ def _problem(spec: Spec, free: list[tuple[str, int]], pinned: dict[tuple[str, in
         for p in spec.preds[name]:
             if (p, mb) in index and ((name, mb) in free_set or (p, mb) in free_set):
                 prec.append(Precedence(index[(p, mb)], index[(name, mb)]))
+    # Symmetry breaking (Property 1): a block's free micro-batches run in index order. No
+    # makespan is lost, and runtimes that index micro-batches by arrival stay usable.
+    for name, mb in free:
+        if (name, mb + 1) in free_set:
+            prec.append(Precedence(index[(name, mb)], index[(name, mb + 1)]))
     for k in free:
         for d in spec.block(k[0]).devices:
             if d in barrier_before:
