@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Kind, Mode, Spec
+from tessel_dsl.ir import Kind, Mode
 from tessel_dsl.plan import Plan
 from tessel_dsl.program import Action, Op
 

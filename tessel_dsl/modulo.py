@@ -170,7 +170,7 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
     import z3
 
     deadline = None if time_limit is None else time.monotonic() + time_limit
-    blocks, index = spec.blocks, {b.name: i for i, b in enumerate(spec.blocks)}
+    blocks = spec.blocks
     s = [z3.Int(f"s_{b.name}") for b in blocks]
     r = [z3.Int(f"r_{b.name}") for b in blocks]
     cons = []

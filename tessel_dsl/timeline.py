@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
-from .ir import Kind, Spec
+from .ir import Spec
 from .schedule import Schedule
 
 Bar = tuple[float, float, str, int]  # (start, end, block, micro-batch)

@@ -61,7 +61,7 @@ def render_rows(title: str, rows) -> list:
     return [table, *why]
 
 
-def _render_table3(rows) -> "Table":
+def _render_table3(rows):
     from rich.table import Table
 
     from ..baselines.table3 import COLUMNS

@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-from ..errors import TesselError
 from .app import app, console, err_console, parse_sets
 
 
