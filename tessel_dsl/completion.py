@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from .ir import Spec
 from .repetend import entry_memory
 from .schedule import Repetend, Slot
-from .solvers import Objective, Precedence, Problem, Solution, Task, solve
+from .solvers import Objective, Precedence, Problem, Solution, Task, microbatch_order, solve
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,7 @@ def _problem(spec: Spec, free: list[tuple[str, int]], pinned: dict[tuple[str, in
         for p in spec.preds[name]:
             if (p, mb) in index and ((name, mb) in free_set or (p, mb) in free_set):
                 prec.append(Precedence(index[(p, mb)], index[(name, mb)]))
-    # Symmetry breaking (Property 1): a block's free micro-batches run in index order. No
-    # makespan is lost, and runtimes that index micro-batches by arrival stay usable.
-    for name, mb in free:
-        if (name, mb + 1) in free_set:
-            prec.append(Precedence(index[(name, mb)], index[(name, mb + 1)]))
+    prec += microbatch_order({k: index[k] for k in free})
     for k in free:
         for d in spec.block(k[0]).devices:
             if d in barrier_before:

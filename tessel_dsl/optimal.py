@@ -46,7 +46,7 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
     horizon and its start times seed the solver. Raises InfeasibleError when no schedule fits M
     and OptimalTimeout when the limit passes with no schedule found.
     """
-    from .solvers import Precedence, Problem, Task, resolve, solve
+    from .solvers import Precedence, Problem, Task, microbatch_order, resolve, solve
 
     n = spec.microbatches if microbatches is None else microbatches
     if n < 1:
@@ -61,7 +61,7 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
     index = {k: i for i, k in enumerate(keys)}
     tasks = tuple(Task(k, spec.block(k[0]).time, spec.block(k[0]).devices, spec.block(k[0]).memory) for k in keys)
     prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)]) for mb in range(n) for e in spec.edges]
-    prec += [Precedence(index[(b.name, mb)], index[(b.name, mb + 1)]) for mb in range(n - 1) for b in spec.blocks]
+    prec += microbatch_order(index)
     hints = horizon = None
     if hint is not None:
         if hint.microbatches != n:

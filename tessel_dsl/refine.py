@@ -26,7 +26,7 @@ from .compact import compact
 from .errors import TesselError
 from .ir import Spec
 from .schedule import Schedule, Slot
-from .solvers import Objective, Precedence, Problem, Task, solve
+from .solvers import Objective, Precedence, Problem, Task, microbatch_order, solve
 from .validate import validate
 
 BASELINE_NAMES = ("1f1b", "1f1b+")
@@ -82,11 +82,7 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
                        spec.block(s.block).memory) for s in slots)
     prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)])
             for mb in range(schedule.microbatches) for e in spec.edges]
-    # Symmetry breaking (the paper's Property 1): a block's micro-batches run in index order.
-    # It loses no makespan, shrinks the search, and keeps plans that runtimes indexing
-    # micro-batches by arrival (PyTorch's loss bookkeeping) can execute.
-    prec += [Precedence(index[(b.name, mb)], index[(b.name, mb + 1)])
-             for b in spec.blocks for mb in range(schedule.microbatches - 1)]
+    prec += microbatch_order(index)
     fixed_order = [s.start >= head and s.start + spec.block(s.block).time <= tail for s in slots]
     for d in range(spec.devices):
         row = [i for i, s in enumerate(slots) if fixed_order[i] and d in spec.block(s.block).devices]

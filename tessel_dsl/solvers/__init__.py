@@ -6,7 +6,7 @@ importing this package costs nothing.
 """
 from __future__ import annotations
 
-from .problem import Objective, Precedence, Problem, Solution, Task
+from .problem import Objective, Precedence, Problem, Solution, Task, microbatch_order
 
 SOLVERS = ("cpsat", "z3")
 DEFAULT_SOLVER = "cpsat"  # measured faster on the search's problems (docs/search.md)
@@ -42,4 +42,4 @@ def solve(problem: Problem, objective: Objective | str = Objective.MAKESPAN, tim
     return run(problem, Objective(objective), time_limit, effort=effort, **options)
 
 
-__all__ = ["Objective", "Precedence", "Problem", "Solution", "Task", "SOLVERS", "DEFAULT_SOLVER", "resolve", "solve"]
+__all__ = ["microbatch_order", "Objective", "Precedence", "Problem", "Solution", "Task", "SOLVERS", "DEFAULT_SOLVER", "resolve", "solve"]

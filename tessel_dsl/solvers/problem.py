@@ -59,6 +59,16 @@ class Precedence:
     lag: int = 0
 
 
+def microbatch_order(index: dict[tuple[str, int], int]) -> list[Precedence]:
+    """Each block's micro-batches in index order, for every consecutive pair present in `index`.
+
+    The paper's Property 1: some optimal schedule runs every block's micro-batches in order, so
+    this symmetry breaking loses no makespan, shrinks the search, and keeps plans usable by
+    runtimes that index micro-batches by arrival (PyTorch's loss bookkeeping).
+    """
+    return [Precedence(i, index[(name, mb + 1)]) for (name, mb), i in index.items() if (name, mb + 1) in index]
+
+
 @dataclass(frozen=True)
 class Problem:
     """A scheduling problem: tasks, precedences, per-device memory and optional windows."""
