@@ -20,17 +20,25 @@ from tessel_dsl.program import Action, Op
 Event = tuple[int, str, float, float]  # device, action text, start s, end s
 
 
+def _own_durations(events: list[Event]) -> dict[str, float]:
+    """Each compute action's own duration: for a multi-device block, the shortest of its devices'.
+
+    A device that reaches a multi-device block early spends the difference blocked inside the
+    block's collective, waiting for the others; the device that arrives last waits least, so its
+    span is the closest to what the block itself costs.
+    """
+    own: dict[str, float] = {}
+    for _dev, text, s, e in events:
+        if Action.parse(text).op is Op.COMPUTE:
+            own[text] = min(own.get(text, e - s), e - s)
+    return own
+
+
 def block_durations(events: list[Event], plan: Plan) -> dict[str, float]:
-    """Median measured duration of each block name (a multi-device block: its slowest device)."""
-    per: dict[tuple[str, int, int], float] = {}
-    for dev, text, s, e in events:
-        a = Action.parse(text)
-        if a.op is Op.COMPUTE:
-            key = (a.block, a.mb, 0)
-            per[key] = max(per.get(key, 0.0), e - s)
+    """Median measured duration of each block name over its micro-batches (see `_own_durations`)."""
     by_block: dict[str, list[float]] = defaultdict(list)
-    for (block, _mb, _), d in per.items():
-        by_block[block].append(d)
+    for text, d in _own_durations(events).items():
+        by_block[Action.parse(text).block].append(d)
     return {b: statistics.median(v) for b, v in by_block.items()}
 
 
@@ -90,15 +98,20 @@ def replay(plan: Plan, durations: dict[str, float]) -> list[Event]:
 
 
 def summarize(events: list[Event], devices: int) -> dict:
-    """Iteration time and per-device busy and wait time of one timeline (seconds)."""
-    computes = [(d, s, e) for d, text, s, e in events if Action.parse(text).op is Op.COMPUTE]
+    """Iteration time and per-device busy and wait time of one timeline (seconds).
+
+    Busy time counts each compute action's own duration (`_own_durations`): time a device spends
+    inside a multi-device block waiting for its peers is wait, as it is in the replay.
+    """
+    computes = [(d, text, s, e) for d, text, s, e in events if Action.parse(text).op is Op.COMPUTE]
     if not computes:
         return {"iteration": 0.0, "busy": [0.0] * devices, "wait": [0.0] * devices}
-    t0 = min(s for _, s, _ in computes)
-    span = max(e for _, _, e in computes) - t0
+    t0 = min(s for _, _, s, _ in computes)
+    span = max(e for _, _, _, e in computes) - t0
+    own = _own_durations(computes)
     busy = [0.0] * devices
-    for d, s, e in computes:
-        busy[d] += e - s
+    for d, text, _s, _e in computes:
+        busy[d] += own[text]
     return {"iteration": span, "busy": busy, "wait": [max(0.0, span - b) for b in busy]}
 
 

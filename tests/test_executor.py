@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 import executor  # noqa: E402
 from executor.launch import check_plan  # noqa: E402
 from executor.models import shapes  # noqa: E402
-from executor.trace import chrome_trace, replay, summarize  # noqa: E402
+from executor.trace import block_durations, chrome_trace, replay, summarize  # noqa: E402
 from tessel_dsl.errors import ExecutionError, PlanError  # noqa: E402
 from tessel_dsl.ir import Block, Edge, Kind, Spec  # noqa: E402
 from tessel_dsl.plan import Plan, save_plan  # noqa: E402
@@ -54,6 +54,17 @@ def test_replay_blocking_send_waits_for_the_receiver():
     events = replay(plan, {"F0": 1.0, "F1": 5.0, "B1": 1.0, "B0": 1.0})
     starts = {(d, a): s for d, a, s, _e in events}
     assert starts[(0, "B0:0")] == 5.0 and starts[(1, "B1:0")] == 5.0
+
+
+def test_waiting_inside_a_multi_device_block_is_wait_not_busy():
+    # E runs on both devices; dev0 reaches it at 0 s, dev1 only at 3 s (its F1 ran first), and
+    # both leave at 4 s: E itself took 1 s, dev0 spent 3 s blocked in E's collective.
+    events = [(0, "E:0", 0.0, 4.0), (1, "F1:0", 0.0, 3.0), (1, "E:0", 3.0, 4.0),
+              (0, "E:1", 4.0, 5.5), (1, "E:1", 4.0, 6.0)]
+    plan = Plan(shapes.mshape(2, microbatches=2), Schedule(2, ()), ())
+    assert block_durations(events, plan) == {"E": 1.25, "F1": 3.0}
+    s = summarize(events, 2)
+    assert s["iteration"] == 6.0 and s["busy"] == [2.5, 5.5] and s["wait"] == [3.5, 0.5]
 
 
 def test_replay_reports_a_deadlock():
