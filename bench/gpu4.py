@@ -1,96 +1,142 @@
-"""Four GPUs: the paper's three end-to-end comparisons on the shipped models.
+"""Four GPUs (or the device count given): the paper's three end-to-end comparisons on the shipped models.
 
-Here (where the search runs):   python bench/gpu4.py --make-plans
-On a 4-GPU machine (torch only): PYTHONPATH=. python bench/gpu4.py [--out DIR] [--only gpt,encdec,branches]
+Here (where the search runs):    python bench/gpu4.py --make-plans [--devices D] [--profiled RESULTS.json]
+On the GPU machine (torch only): PYTHONPATH=. python bench/gpu4.py [--devices D] [--out DIR] [--only gpt,encdec,branches]
 
 * GPT, 512k vocabulary: searched M-shape (non-blocking and blocking) vs 1F1B+ on the M-shape vs
-  PyTorch's Schedule1F1B on a V-shape split of the same model.
-* Encoder-decoder with a shared 256k embedding: searched NN-shape (both modes) vs 1F1B+.
-* Two-branch text/vision model, inference: searched K-shape vs GPipe-order forward on the same
-  placement, for 1, 8, 32 and 128 micro-batches (latency of one micro-batch is the N=1 row).
+  1F1B on a V-shape split of the same model, both as PyTorch's Schedule1F1B and as the same 1F1B
+  order run by this executor (which separates the placement's gain from the runtime's).
+* Encoder-decoder with a shared 256k embedding: searched NN-shape (both modes) vs 1F1B+ on the
+  NN-shape vs 1F1B on a V split (the first stage embeds source and target with the one table).
+* Two-branch text/vision model, inference: 1F1B on a V split (the branches one after the other)
+  vs GPipe order and the searched K-shape on the K placement, for 1, 8, 32 and 128 micro-batches
+  (the latency of one micro-batch is the N=1 row). The K-shape is searched twice: on the spec's
+  unit costs, and on block times measured on the GPUs (`--profiled`: the `block_seconds` of the
+  GPipe-order N=32 run in an earlier results file, multi-device cross encoder included).
 Every row: measured and simulated iteration time, throughput and the largest wait share.
 """
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 from gpu_common import (BRANCHES, ENCDEC, GPT, HEADER, PLANS, arg_parser, costed, gpu_info, make_plan, record, row,
                         run_plan, sizes, torch_1f1b, write_results)
 
 N_TRAIN = 32
 N_INFER = (1, 8, 32, 128)
+PROFILE_RUN = "k_gpipe_32"  # the run whose measured block times become the profiled K-shape costs
 
 
-def specs():
+def specs(devices: int):
     from executor.models import shapes
     from tessel_dsl.ir import Mode
 
-    gpt = costed(shapes.mshape(4, head=True, microbatches=N_TRAIN),
+    f = {f"F{i}": 2 for i in range(devices)} | {f"B{i}": 4 for i in range(devices)}
+    gpt = costed(shapes.mshape(devices, head=True, microbatches=N_TRAIN),
                  {"E": 1, "EB": 2, "H": 4, "HB": 7, "F": 2, "B": 4}, {"H": 1, "HB": -1}, capacity=8)
-    encdec = costed(shapes.nnshape(4, microbatches=N_TRAIN), {"E1": 1, "E1B": 1, "E2": 1, "E2B": 1, "F": 2, "B": 4},
-                    capacity=8)
-    branches = costed(shapes.kshape(4, mode=Mode.INFER, microbatches=8), {"J": 2, "F": 2})
-    return gpt, encdec, branches
+    encdec = costed(shapes.nnshape(devices, microbatches=N_TRAIN),
+                    {"E1": 1, "E1B": 1, "E2": 1, "E2B": 1, "F": 2, "B": 4}, capacity=8)
+    branches = costed(shapes.kshape(devices, mode=Mode.INFER, microbatches=8), {"J": 2, "F": 2})
+    chain = costed(shapes.vshape(devices, microbatches=N_TRAIN), f, capacity=devices)
+    chain_infer = costed(shapes.vshape(devices, mode=Mode.INFER, microbatches=8), f)
+    return {"gpt": gpt, "encdec": encdec, "branches": branches, "chain": chain, "chain_infer": chain_infer}
 
 
-def make_plans() -> None:
-    gpt, encdec, branches = specs()
+def measured_costs(spec, seconds: dict[str, float]):
+    """`spec` with each block's time in whole units of half the fastest measured block."""
+    from tessel_dsl.profile import nice_floor
+    from tessel_dsl.units import round_units
+
+    unit = nice_floor(min(seconds.values()) / 2)
+    return costed(spec, {b: round_units(s / unit, positive=True) for b, s in seconds.items()})
+
+
+def plan_name(model: str, devices: int, rest: str) -> str:
+    return f"{model}{devices}_{rest}.json"
+
+
+def make_plans(devices: int, profiled: str | None) -> None:
+    s = specs(devices)
+    p = lambda model, rest: PLANS / plan_name(model, devices, rest)  # noqa: E731
+    if profiled:
+        seconds = json.loads(Path(profiled).read_text())[PROFILE_RUN]["block_seconds"]
+        k = measured_costs(s["branches"], seconds)
+        print("profiled K-shape costs:", {b.name: b.time for b in k.blocks})
+        for n in N_INFER:
+            print(make_plan(k, "tessel", n, p("branches", f"kshape_tessel_profiled_n{n}")))
+        return
     for blocking in (False, True):
         sfx = "_blocking" if blocking else ""
-        print(make_plan(gpt, "tessel", N_TRAIN, PLANS / f"gpt4_mshape_tessel{sfx}.json", blocking))
-        print(make_plan(encdec, "tessel", N_TRAIN, PLANS / f"encdec4_nnshape_tessel{sfx}.json", blocking))
-    print(make_plan(gpt, "1f1b+", N_TRAIN, PLANS / "gpt4_mshape_1f1b+.json"))
-    print(make_plan(encdec, "1f1b+", N_TRAIN, PLANS / "encdec4_nnshape_1f1b+.json"))
+        print(make_plan(s["gpt"], "tessel", N_TRAIN, p("gpt", f"mshape_tessel{sfx}"), blocking))
+        print(make_plan(s["encdec"], "tessel", N_TRAIN, p("encdec", f"nnshape_tessel{sfx}"), blocking))
+    print(make_plan(s["gpt"], "1f1b+", N_TRAIN, p("gpt", "mshape_1f1b+")))
+    print(make_plan(s["encdec"], "1f1b+", N_TRAIN, p("encdec", "nnshape_1f1b+")))
+    print(make_plan(s["chain"], "1f1b", N_TRAIN, p("chain", "vshape_1f1b")))
     for n in N_INFER:
-        print(make_plan(branches, "tessel", n, PLANS / f"branches4_kshape_tessel_n{n}.json"))
-        print(make_plan(branches, "gpipe", n, PLANS / f"branches4_kshape_gpipe_n{n}.json"))
+        print(make_plan(s["branches"], "tessel", n, p("branches", f"kshape_tessel_n{n}")))
+        print(make_plan(s["branches"], "gpipe", n, p("branches", f"kshape_gpipe_n{n}")))
+        print(make_plan(s["chain_infer"], "1f1b", n, p("chain", f"vshape_infer_1f1b_n{n}")))
 
 
 def main() -> None:
     ap = arg_parser(__doc__)
+    ap.add_argument("--devices", type=int, default=4, help="GPUs to use (an even number; default 4)")
     ap.add_argument("--only", default="gpt,encdec,branches", help="comma-separated subset of gpt,encdec,branches")
+    ap.add_argument("--profiled", metavar="RESULTS_JSON",
+                    help="with --make-plans: search the K-shape on the block times measured in this results file")
     args = ap.parse_args()
+    d = args.devices
     if args.make_plans:
-        make_plans()
+        make_plans(d, args.profiled)
         return
     only = set(args.only.split(","))
-    res = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d")}
-    lines = [f"4-GPU runs on {res['gpu']}, {res['date']}", ""]
+    res = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d"), "devices": d}
+    lines = [f"{d}-GPU runs on {res['gpu']}, {res['date']}", ""]
 
-    def go(key: str, plan: str, model: str, margs: dict, **kw) -> dict:
-        return record(res, key, run_plan(PLANS / plan, model, margs, **kw))
+    def run(key: str, plan: str, module: str, margs: dict) -> dict:
+        return record(res, key, run_plan(PLANS / plan, f"executor.models.{module}:factory", margs))
 
     if "gpt" in only:
-        base = record(res, "gpt_torch_1f1b", torch_1f1b(4, N_TRAIN))
-        b = base["measured"]["iteration"]
         m = sizes("gpt", GPT)
+        base = record(res, "gpt_torch_1f1b", torch_1f1b(d, N_TRAIN))
+        b = base["measured"]["iteration"]
         rows = [row("Schedule1F1B (torch, V split)", base)]
-        for key, plan, name in (("gpt_tessel", "gpt4_mshape_tessel.json", "Tessel M-shape, non-blocking"),
-                                ("gpt_tessel_blocking", "gpt4_mshape_tessel_blocking.json", "Tessel M-shape, blocking"),
-                                ("gpt_1f1bplus", "gpt4_mshape_1f1b+.json", "1F1B+ M-shape")):
-            rows.append(row(name, go(key, plan, "executor.models.gpt:factory", m), b))
+        for key, plan, name in (("gpt_1f1b", plan_name("chain", d, "vshape_1f1b"), "1F1B V split (this executor)"),
+                                ("gpt_tessel", plan_name("gpt", d, "mshape_tessel"), "Tessel M-shape, non-blocking"),
+                                ("gpt_tessel_blocking", plan_name("gpt", d, "mshape_tessel_blocking"),
+                                 "Tessel M-shape, blocking"),
+                                ("gpt_1f1bplus", plan_name("gpt", d, "mshape_1f1b+"), "1F1B+ M-shape")):
+            rows.append(row(name, run(key, plan, "gpt", m), b))
         lines += [f"GPT {GPT}, N={N_TRAIN}", "", HEADER, *rows, ""]
     if "encdec" in only:
         m = sizes("encdec", ENCDEC)
-        base = go("encdec_1f1bplus", "encdec4_nnshape_1f1b+.json", "executor.models.encdec:factory", m)
+        base = run("encdec_1f1b", plan_name("chain", d, "vshape_1f1b"), "encdec", m)
         b = base["measured"]["iteration"]
-        rows = [row("1F1B+ NN-shape", base)]
-        for key, plan, name in (("encdec_tessel", "encdec4_nnshape_tessel.json", "Tessel NN-shape, non-blocking"),
-                                ("encdec_tessel_blocking", "encdec4_nnshape_tessel_blocking.json",
+        rows = [row("1F1B V split", base)]
+        for key, plan, name in (("encdec_1f1bplus", plan_name("encdec", d, "nnshape_1f1b+"), "1F1B+ NN-shape"),
+                                ("encdec_tessel", plan_name("encdec", d, "nnshape_tessel"),
+                                 "Tessel NN-shape, non-blocking"),
+                                ("encdec_tessel_blocking", plan_name("encdec", d, "nnshape_tessel_blocking"),
                                  "Tessel NN-shape, blocking")):
-            rows.append(row(name, go(key, plan, "executor.models.encdec:factory", m), b))
+            rows.append(row(name, run(key, plan, "encdec", m), b))
         lines += [f"Encoder-decoder {ENCDEC}, N={N_TRAIN}", "", HEADER, *rows, ""]
     if "branches" in only:
         m = sizes("branches", BRANCHES)
         rows = []
         for n in N_INFER:
-            base = go(f"k_gpipe_{n}", f"branches4_kshape_gpipe_n{n}.json", "executor.models.branches:factory", m)
-            rows.append(row(f"GPipe order, N={n}", base))
-            rows.append(row(f"Tessel K-shape, N={n}", go(f"k_tessel_{n}", f"branches4_kshape_tessel_n{n}.json",
-                                                          "executor.models.branches:factory", m),
-                            base["measured"]["iteration"]))
+            base = run(f"k_1f1b_{n}", plan_name("chain", d, f"vshape_infer_1f1b_n{n}"), "branches", m)
+            b = base["measured"]["iteration"]
+            rows.append(row(f"1F1B V split, N={n}", base))
+            for key, rest, name in ((f"k_gpipe_{n}", f"kshape_gpipe_n{n}", "GPipe order K-shape"),
+                                    (f"k_tessel_{n}", f"kshape_tessel_n{n}", "Tessel K-shape, spec costs"),
+                                    (f"k_tessel_profiled_{n}", f"kshape_tessel_profiled_n{n}",
+                                     "Tessel K-shape, profiled costs")):
+                if (PLANS / plan_name("branches", d, rest)).exists():
+                    rows.append(row(f"{name}, N={n}", run(key, plan_name("branches", d, rest), "branches", m), b))
         lines += [f"Two-branch inference {BRANCHES}", "", HEADER, *rows, ""]
-    write_results(args.out, "gpu4", res, "\n".join(lines))
+    write_results(args.out, f"gpu{d}", res, "\n".join(lines))
 
 
 if __name__ == "__main__":

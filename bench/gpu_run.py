@@ -26,7 +26,7 @@ def make_plans() -> None:
     spec = costed(shapes.mshape(2, head=True, microbatches=N),
                   {"E": 1, "EB": 2, "H": 8, "HB": 14, "F": 3, "B": 6}, {"H": 1, "HB": -1}, capacity=8)
     for blocking in (False, True):
-        name = f"gpt2_mshape_tessel{'_blocking' if blocking else ''}.json"
+        name = f"gpt2_n16_mshape_tessel{'_blocking' if blocking else ''}.json"
         print(make_plan(spec, "tessel", N, PLANS / name, blocking=blocking))
 
 
@@ -40,7 +40,7 @@ def main() -> None:
     base = record(results, "torch_1f1b", torch_1f1b(2, N))
     for mode in ("", "_blocking"):
         record(results, f"tessel{mode or '_nonblocking'}",
-               run_plan(PLANS / f"gpt2_mshape_tessel{mode}.json", "executor.models.gpt:factory", sizes("gpt", GPT)))
+               run_plan(PLANS / f"gpt2_n16_mshape_tessel{mode}.json", "executor.models.gpt:factory", sizes("gpt", GPT)))
     b = base["measured"]["iteration"]
     lines = [f"GPT vocab {GPT['vocab']}, hidden {GPT['hidden']}, {GPT['layers']} layers, seq {GPT['seq']}, "
              f"{N} micro-batches of {GPT['batch']}, bf16, on {results['gpu']}", "", HEADER,

@@ -97,6 +97,9 @@ class RunReport:
             "wait_share_measured": _share(m),
             "wait_share_simulated": _share(s),
             "loss": self.loss,
+            # What the replay charged each block: a pipelined run doubles as a profile that
+            # includes multi-device blocks, which `tessel profile` cannot run alone.
+            "block_seconds": block_durations(self.timelines[self.median_index()], self.plan),
         }
 
 

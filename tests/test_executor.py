@@ -155,6 +155,7 @@ def test_report_numbers_and_trace_file(tmp_path):
         m = s["measured"]
         assert m["busy"][d] + m["wait"][d] == pytest.approx(m["iteration"])
         assert s["simulated"]["iteration"] <= m["iteration"] * 1.0001
+    assert set(s["block_seconds"]) == {"F0", "F1", "B0", "B1"} and min(s["block_seconds"].values()) > 0
     computes = [e for e in report.timelines[0] if " " not in e[1]]
     assert sorted(e[1] for e in computes if e[0] == 0) == sorted(f"{b}:{m}" for b in ("F0", "B0") for m in range(4))
     from executor.trace import write_trace
