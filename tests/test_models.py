@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 
 import executor  # noqa: E402
 from executor.models import shapes  # noqa: E402
+from executor.models.common import chain_split, section_starts  # noqa: E402
 from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.ir import Mode  # noqa: E402
 
@@ -18,14 +19,19 @@ TRAIN = [
     ("executor.models.gpt", shapes.mshape, {}, "1f1b+"),
     ("executor.models.gpt", lambda d, **kw: shapes.mshape(d, head=True, **kw), {}, "1f1b+"),
     ("executor.models.encdec", shapes.nnshape, {}, "1f1b+"),
+    ("executor.models.encdec", shapes.vshape, {}, "1f1b"),
     ("executor.models.branches", shapes.kshape, {}, "gpipe"),
+    ("executor.models.branches", shapes.vshape, {}, "1f1b"),
 ]
 INFER = [
     ("executor.models.chain", shapes.vshape, {}, "gpipe"),
     ("executor.models.encdec", shapes.nnshape, {}, "1f1b+"),
+    ("executor.models.encdec", shapes.vshape, {}, "gpipe"),
     ("executor.models.branches", shapes.kshape, {}, "gpipe"),
+    ("executor.models.branches", shapes.vshape, {}, "gpipe"),
 ]
-IDS = ["chain-V", "gpt-M", "gpt-M-head", "encdec-NN", "branches-K"]
+IDS = ["chain-V", "gpt-M", "gpt-M-head", "encdec-NN", "encdec-V", "branches-K", "branches-V"]
+INFER_IDS = ["chain-V", "encdec-NN", "encdec-V", "branches-K", "branches-V"]
 
 
 @pytest.mark.parametrize("devices", [2, 4])
@@ -38,7 +44,7 @@ def test_training_step_matches_single_process(module, shape, args, schedule, dev
 
 
 @pytest.mark.parametrize("devices", [2, 4])
-@pytest.mark.parametrize("module,shape,args,schedule", INFER, ids=["chain-V", "encdec-NN", "branches-K"])
+@pytest.mark.parametrize("module,shape,args,schedule", INFER, ids=INFER_IDS)
 def test_inference_matches_single_process(module, shape, args, schedule, devices):
     spec = shape(devices, mode=Mode.INFER, microbatches=4)
     plan = plan_for(spec, schedule, 4)
@@ -52,6 +58,39 @@ def test_gpt_on_a_plain_chain_carries_embedding_and_head_in_the_end_stages():
     report = executor.run(plan_for(spec, "1f1b", 2), "executor.models.gpt:factory", collect=True, grads=True,
                           timeout=60)
     check_training(report, "executor.models.gpt", spec, {})
+
+
+# Layers that do not divide over 4 stages: encdec's 6 go 2/2/1/1, so F1 holds the last encoder
+# layer and the first decoder layer; branches' 3 go text/vision/cross/none, so F3 only classifies.
+UNEVEN = [("executor.models.encdec", {"layers": 3}), ("executor.models.branches", {"layers": 1, "cross": 1})]
+
+
+@pytest.mark.parametrize("mode", [Mode.TRAIN, Mode.INFER], ids=["train", "infer"])
+@pytest.mark.parametrize("module,args", UNEVEN, ids=["encdec", "branches"])
+def test_uneven_chain_split_matches_single_process(module, args, mode):
+    spec = shapes.vshape(4, mode=mode, microbatches=4)
+    plan = plan_for(spec, "1f1b" if mode is Mode.TRAIN else "gpipe", 4)
+    train = mode is Mode.TRAIN
+    report = executor.run(plan, f"{module}:factory", collect=True, grads=train, timeout=60, model_args=args)
+    (check_training if train else check_inference)(report, module, spec, args)
+
+
+@pytest.mark.parametrize("sections,stages,split", [
+    ([("enc", 4), ("dec", 4)], 4, [{"enc": (0, 2)}, {"enc": (2, 4)}, {"dec": (0, 2)}, {"dec": (2, 4)}]),
+    ([("enc", 3), ("dec", 3)], 4, [{"enc": (0, 2)}, {"enc": (2, 3), "dec": (0, 1)}, {"dec": (1, 2)}, {"dec": (2, 3)}]),
+    ([("text", 4), ("vision", 4), ("cross", 4)], 4,
+     [{"text": (0, 3)}, {"text": (3, 4), "vision": (0, 2)}, {"vision": (2, 4), "cross": (0, 1)}, {"cross": (1, 4)}]),
+    ([("text", 1), ("vision", 1), ("cross", 1)], 4, [{"text": (0, 1)}, {"vision": (0, 1)}, {"cross": (0, 1)}, {}]),
+])
+def test_chain_split_lays_sections_end_to_end(sections, stages, split):
+    got = [{k: (r.start, r.stop) for k, r in held.items() if r} for held in chain_split(sections, stages)]
+    assert got == split
+
+
+def test_sections_begin_where_their_first_layer_is():
+    assert section_starts([("text", 4), ("vision", 4), ("cross", 4)], 4) == {"text": 0, "vision": 1, "cross": 2}
+    # an empty section begins with the next layer, or on the last stage when none follows
+    assert section_starts([("text", 1), ("vision", 0), ("cross", 0)], 2) == {"text": 0, "vision": 1, "cross": 1}
 
 
 def test_model_sizes_are_arguments():

@@ -1,4 +1,5 @@
-"""Two-branch text/vision model with a tensor-parallel cross encoder, for the K-shape (Flava-like).
+"""Two-branch text/vision model with a tensor-parallel cross encoder, for the K-shape (Flava-like),
+or, on a plain chain, the V-shape.
 
 Blocks, recognised by their place in the spec: one-device forward blocks form two chains, each
 starting at a block with no forward input -- the first declared chain is the text encoder (token
@@ -6,6 +7,14 @@ embedding + layers), the second the vision encoder (patch projection + layers). 
 block joining them (J) concatenates both sequences and runs the cross encoder with its MLPs split
 Megatron-style over J's devices, then pools and classifies: the loss in training, the logits in
 inference.
+
+On a plain chain of one-device stages F0 -> ... -> Fk (no all-device block) the model is the
+conventional V split, its branches in sequence: the text layers, the vision layers and the (full,
+one-device) cross layers, as one sequence, are split evenly over the stages in order. Each
+section's entry work runs on the stage holding its first layer -- the token embedding, the patch
+projection, the concat of both sequences -- and the last stage classifies. A stage hands on what
+is live: the text activations until the vision encoder starts, both until the concat, then the
+joint sequence.
 
 Model arguments: ``vocab``, ``hidden``, ``heads``, ``layers`` (per branch), ``cross`` (cross
 layers), ``text``/``patches`` (sequence lengths), ``patch_dim``, ``classes``, ``batch``, ``seed``,
@@ -23,9 +32,9 @@ from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
 from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds, forward_succs
-from .common import (BlockStage, Fn, ModelConfig, ResidualMLP, TransformerLayer, batch_cache, copy_to_group,
-                     forward_blocks, full_shards, mb_generator, reduce_from_group, scale_init, seeded, shard_range,
-                     stage_layers)
+from .common import (BlockStage, Fn, ModelConfig, ResidualMLP, TransformerLayer, batch_cache, chain_layers,
+                     copy_to_group, forward_blocks, full_shards, mb_generator, plain_chain, reduce_from_group,
+                     scale_init, section_starts, seeded, shard_range, stage_layers)
 
 
 @dataclass(frozen=True)
@@ -102,12 +111,14 @@ class Branches(nn.Module):
 
 
 def roles(spec: Spec) -> tuple[list[str], list[str], str]:
-    """(text chain, vision chain, join block)."""
+    """(text chain, vision chain, join block) of a K placement; `factory` recognises the plain chain
+    (`plain_chain`) before asking this."""
     fwd = forward_blocks(spec)
     joins = [n for n in fwd if spec.block(n).is_multi_device]
     starts = [b.name for b in spec.blocks if b.name in fwd and not b.is_multi_device and not forward_preds(spec, b.name)]
     if len(joins) != 1 or len(starts) != 2:
-        raise ExecutionError("the two-branch model expects two chains of one-device stages joined by one all-device block")
+        raise ExecutionError("the two-branch model expects two chains of one-device stages joined by one all-device "
+                             "block, or one plain chain of one-device stages F0 -> ... -> Fk (branches in sequence)")
     chains = []
     for s in starts:
         chain = [s]
@@ -115,7 +126,8 @@ def roles(spec: Spec) -> tuple[list[str], list[str], str]:
             chain.append(nxt[0])
         chains.append(chain)
     if sorted(forward_preds(spec, joins[0])) != sorted(c[-1] for c in chains):
-        raise ExecutionError(f"the two-branch model expects {joins[0]} to take the outputs of both chains")
+        raise ExecutionError(f"the two-branch model expects {joins[0]} to take the outputs of both chains, or one "
+                             "plain chain of one-device stages F0 -> ... -> Fk (branches in sequence)")
     return chains[0], chains[1], joins[0]
 
 
@@ -126,6 +138,9 @@ def reference(spec: Spec, **kw) -> Branches:
 def factory(ctx: StageContext, **kw) -> BlockStage:
     cfg = Config.of(kw)
     spec, rank = ctx.spec, ctx.rank
+    chain = plain_chain(spec)
+    if chain:
+        return _chain_factory(ctx, cfg, chain)
     text, vision, join = roles(spec)
     train = spec.mode is Mode.TRAIN
     full = seeded(Branches, cfg, ctx.device)
@@ -165,6 +180,72 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
         return (labels,) if train and block == join else ()
 
     return BlockStage(modules, metas, data, shards)
+
+
+def _chain_factory(ctx: StageContext, cfg: Config, stages: list[str]) -> BlockStage:
+    """The V split: text, vision and cross layers spread evenly over the chain `stages`."""
+    train = ctx.spec.mode is Mode.TRAIN
+    full = seeded(Branches, cfg, ctx.device)
+    sections = [("text", full.text), ("vision", full.vision), ("cross", full.cross)]
+    starts = section_starts([(side, len(layers)) for side, layers in sections], len(stages))
+    end = len(stages) - 1
+    dt = cfg.torch_dtype
+    t = TensorMeta((cfg.batch, cfg.text, cfg.hidden), dt)
+    v = TensorMeta((cfg.batch, cfg.patches, cfg.hidden), dt)
+    joint = TensorMeta((cfg.batch, cfg.text + cfg.patches, cfg.hidden), dt)
+    # what is live after stage i: the text activations until the vision encoder begins, both until
+    # the concat where the cross encoder begins, then the joint sequence
+    metas = {n: (joint,) if starts["cross"] <= i else (t, v) if starts["vision"] <= i else (t,)
+             for i, n in enumerate(stages)}
+    out = TensorMeta((), torch.float32) if train else TensorMeta((cfg.batch, cfg.classes), torch.float32)
+    metas[stages[end]] = (out,)
+    modules: dict[str, nn.Module] = {}
+    shards: list[ParamShard] = []
+    for i, name, held, layer_shards in chain_layers(ctx, stages, sections):
+        parts: dict[str, nn.Module] = dict(held)
+        shards += layer_shards
+        for side, entry, ref in (("text", "embed", full.embed), ("vision", "patch", full.patch)):
+            if starts[side] == i:
+                parts[entry] = ref
+                shards += full_shards(ref, entry)
+        if i == end:
+            parts["cls"] = full.cls
+            shards += full_shards(full.cls, "cls")
+        modules[name] = Fn(_chain_stage({s for s, at in starts.items() if at == i}, i == end, train), **parts)
+    batch = batch_cache(full, ctx.device)
+
+    def data(block: str, mb: int):
+        tokens, patches, labels = batch(mb)
+        i = stages.index(block)
+        return (((tokens,) if starts["text"] == i else ()) + ((patches,) if starts["vision"] == i else ())
+                + ((labels,) if train and i == end else ()))
+
+    return BlockStage(modules, metas, data, shards)
+
+
+def _chain_stage(begins: set[str], end: bool, train: bool):
+    def run(m, *args):
+        # args: what the previous stage handed on, then the data read here (`data`'s order: tokens
+        # where the text begins, patches where the vision begins, labels last), so pop from the end
+        args = list(args)
+        labels = args.pop() if end and train else None
+        patches = args.pop() if "vision" in begins else None
+        live = [m.embed(args.pop())] if "text" in begins else args
+        for layer in m.text:
+            live[0] = layer(live[0])
+        if "vision" in begins:
+            live.append(m.patch(patches))
+        for layer in m.vision:
+            live[1] = layer(live[1])
+        if "cross" in begins:
+            live = [torch.cat(live, dim=1)]
+        for layer in m.cross:
+            live[0] = layer(live[0])
+        if not end:
+            return tuple(live)
+        logits = m.cls(live[0].mean(1)).float()
+        return F.cross_entropy(logits, labels) if train else logits
+    return run
 
 
 def _branch(first: bool):

@@ -1,7 +1,7 @@
 """Pieces the shipped models share: the size-argument base `ModelConfig`, tensor-parallel autograd
 functions, transformer and residual-MLP layers, a generic `BlockStage` with helpers to build one
-(seeded full model, per-stage layer shares, batch cache), the single-process reference step, and
-model-argument parsing.
+(seeded full model, per-stage layer shares, batch cache), the split of a model's layer sections over
+a plain chain of stages (the V-shape), the single-process reference step, and model-argument parsing.
 
 The parallel functions follow Megatron-LM's conjugate pairs: `copy_to_group` is the identity
 forward and an all-reduce of gradients backward; `reduce_from_group` all-reduces forward and
@@ -23,7 +23,7 @@ from torch import nn
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Spec
 
-from ..model_api import ParamShard, StageContext, TensorMeta
+from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
 
 DTYPES = {"f32": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
@@ -186,6 +186,34 @@ def split_evenly(n: int, parts: int) -> list[range]:
     return out
 
 
+def chain_split(sections: Sequence[tuple[str, int]], stages: int) -> list[dict[str, range]]:
+    """Lays sections of layers, ``(name, count)`` in model order (say the encoder's, then the
+    decoder's), end to end and splits that one sequence over `stages` stages as `split_evenly`
+    does: for each stage, the range of each section's layers it holds (empty where none), so a
+    stage may hold the end of one section and the start of the next."""
+    out: list[dict[str, range]] = []
+    for part in split_evenly(sum(n for _, n in sections), stages):
+        held, offset = {}, 0
+        for name, n in sections:
+            lo, hi = (min(max(x - offset, 0), n) for x in (part.start, part.stop))
+            held[name] = range(lo, hi)
+            offset += n
+        out.append(held)
+    return out
+
+
+def section_starts(sections: Sequence[tuple[str, int]], stages: int) -> dict[str, int]:
+    """The stage on which each section of `chain_split` begins, where its entry work (an
+    embedding, a concat) belongs: the stage holding its first layer; for an empty section, the
+    stage holding the next layer, or the last stage when no layer follows."""
+    parts = split_evenly(sum(n for _, n in sections), stages)
+    out, offset = {}, 0
+    for name, n in sections:
+        out[name] = next((i for i, p in enumerate(parts) if offset in p), stages - 1)
+        offset += n
+    return out
+
+
 class Fn(nn.Module):
     """A block module made of a function over registered sub-modules."""
 
@@ -227,6 +255,17 @@ def forward_blocks(spec: Spec) -> list[str]:
     return [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
 
 
+def plain_chain(spec: Spec) -> list[str] | None:
+    """The forward blocks if they are one-device stages F0 -> F1 -> ... -> Fk, each taking exactly
+    the previous one's output (the V-shape, with no multi-device block); else None."""
+    fwd = forward_blocks(spec)
+    if any(spec.block(n).is_multi_device for n in fwd):
+        return None
+    if any(forward_preds(spec, cur) != (prev,) for prev, cur in zip(fwd, fwd[1:])):
+        return None
+    return fwd
+
+
 M = TypeVar("M", bound=nn.Module)
 
 
@@ -242,12 +281,23 @@ def stage_layers(ctx: StageContext, stages: Sequence[str], layers: Sequence[nn.M
                  prefix: str) -> Iterator[tuple[int, str, nn.ModuleList, list[ParamShard]]]:
     """Splits `layers` evenly over the one-device `stages` in order and yields, for each stage that
     runs on ``ctx.rank``, (its index, its block, its layers, their shards named ``prefix.j...``)."""
-    parts = split_evenly(len(layers), len(stages))
+    for i, name, held, shards in chain_layers(ctx, stages, [(prefix, layers)]):
+        yield i, name, held[prefix], shards
+
+
+def chain_layers(ctx: StageContext, stages: Sequence[str], sections: Sequence[tuple[str, Sequence[nn.Module]]]
+                 ) -> Iterator[tuple[int, str, dict[str, nn.ModuleList], list[ParamShard]]]:
+    """`stage_layers` for several sections of layers, ``(prefix, layers)`` in model order, laid end
+    to end by `chain_split`: for each stage on ``ctx.rank``, (its index, its block, its layers of
+    every section keyed by prefix -- possibly none -- and their shards named ``prefix.j...``)."""
+    split = chain_split([(prefix, len(layers)) for prefix, layers in sections], len(stages))
     for i, name in enumerate(stages):
         if ctx.spec.block(name).devices != (ctx.rank,):
             continue
-        shards = [s for j in parts[i] for s in full_shards(layers[j], f"{prefix}.{j}")]
-        yield i, name, nn.ModuleList(layers[j] for j in parts[i]), shards
+        held = {prefix: nn.ModuleList(layers[j] for j in split[i][prefix]) for prefix, layers in sections}
+        shards = [s for prefix, layers in sections for j in split[i][prefix]
+                  for s in full_shards(layers[j], f"{prefix}.{j}")]
+        yield i, name, held, shards
 
 
 def batch_cache(full: nn.Module, device: torch.device) -> Callable[[int], tuple[torch.Tensor, ...]]:

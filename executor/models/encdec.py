@@ -1,4 +1,5 @@
-"""Encoder-decoder with one embedding table shared by both sides, for the NN-shape.
+"""Encoder-decoder with one embedding table shared by both sides, for the NN-shape (or, on a plain
+chain, the V-shape).
 
 Blocks, recognised by their place in the spec: the first all-device forward block (E1) embeds the
 source tokens with the vocab-parallel shared table; the one-device stages before the second
@@ -6,6 +7,13 @@ all-device block (E2) are the encoder; E2 embeds the target tokens with the *sam
 and passes the encoder output along; the stages after it are the decoder (self- and cross-
 attention), whose last stage computes the loss. Each rank's E1 and E2 modules hold the same
 parameter, so gradients from both uses add up, as in the single-process model.
+
+On a plain chain of one-device stages F0 -> ... -> Fk (no all-device block) the model is the
+conventional V split that 1F1B runs: the encoder layers then the decoder layers, as one sequence,
+are split evenly over the stages in order, so a stage may hold both kinds. F0 embeds the source
+and the target tokens with the one full table (two uses on one device, gradients adding up); every
+stage hands on (target activations, encoder activations) -- the latter are the memory once the
+encoder is done -- and the last stage applies the norm, the head and the loss.
 
 Model arguments: ``vocab``, ``hidden``, ``heads``, ``layers`` (per side), ``src``/``tgt``
 (sequence lengths), ``batch``, ``seed``, ``dtype``.
@@ -21,8 +29,9 @@ from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
 from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from .common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, forward_blocks,
-                     full_shards, lm_loss, mb_generator, scale_init, seeded, shard_range, stage_layers)
+from .common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, chain_layers,
+                     forward_blocks, full_shards, lm_loss, mb_generator, plain_chain, scale_init, seeded,
+                     shard_range, stage_layers)
 
 
 @dataclass(frozen=True)
@@ -75,15 +84,21 @@ class EncDec(nn.Module):
         return self._decode(mb)
 
 
+CHAIN = "or a plain chain of one-device stages F0 -> ... -> Fk"
+
+
 def roles(spec: Spec) -> tuple[str, list[str], str, list[str]]:
+    """(E1, encoder stages, E2, decoder stages) of an NN placement; `factory` recognises the plain
+    chain (`plain_chain`) before asking this."""
     fwd = forward_blocks(spec)
     multi = [n for n in fwd if spec.block(n).is_multi_device]
     if len(multi) != 2 or fwd[0] != multi[0]:
-        raise ExecutionError("the encoder-decoder model expects E1(all) -> encoder stages -> E2(all) -> decoder stages")
+        raise ExecutionError("the encoder-decoder model expects E1(all) -> encoder stages -> E2(all) -> decoder "
+                             f"stages, {CHAIN}")
     cut = fwd.index(multi[1])
     enc, dec = fwd[1:cut], fwd[cut + 1:]
     if not enc or not dec:
-        raise ExecutionError("the encoder-decoder model needs at least one encoder and one decoder stage")
+        raise ExecutionError(f"the encoder-decoder model needs at least one encoder and one decoder stage, {CHAIN}")
     for prev, cur in zip(fwd, fwd[1:]):
         if forward_preds(spec, cur) != (prev,):
             raise ExecutionError(f"the encoder-decoder model expects {cur} to take exactly {prev}'s output")
@@ -97,13 +112,13 @@ def reference(spec: Spec, **kw) -> EncDec:
 def factory(ctx: StageContext, **kw) -> BlockStage:
     cfg = Config.of(kw)
     spec, rank = ctx.spec, ctx.rank
+    chain = plain_chain(spec)
+    if chain:
+        return _chain_factory(ctx, cfg, chain)
     e1, enc, e2, dec = roles(spec)
     train = spec.mode is Mode.TRAIN
     full = seeded(EncDec, cfg, ctx.device)
-    dt = cfg.torch_dtype
-    mem = TensorMeta((cfg.batch, cfg.src, cfg.hidden), dt)
-    y = TensorMeta((cfg.batch, cfg.tgt, cfg.hidden), dt)
-    last = (TensorMeta((), torch.float32),) if train else (TensorMeta((cfg.batch, cfg.tgt, cfg.vocab), torch.float32),)
+    mem, y, last = _metas(cfg, train)
     metas = {e1: (mem,), e2: (y, mem), **{n: (mem,) for n in enc}, **{n: (y, mem) for n in dec}}
     metas[dec[-1]] = last
     modules: dict[str, nn.Module] = {}
@@ -140,6 +155,60 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
     return BlockStage(modules, metas, data, shards)
 
 
+def _metas(cfg: Config, train: bool) -> tuple[TensorMeta, TensorMeta, tuple[TensorMeta]]:
+    """(encoder activations, decoder activations, what the last stage returns)."""
+    dt = cfg.torch_dtype
+    mem = TensorMeta((cfg.batch, cfg.src, cfg.hidden), dt)
+    y = TensorMeta((cfg.batch, cfg.tgt, cfg.hidden), dt)
+    last = (TensorMeta((), torch.float32),) if train else (TensorMeta((cfg.batch, cfg.tgt, cfg.vocab), torch.float32),)
+    return mem, y, last
+
+
+def _chain_factory(ctx: StageContext, cfg: Config, stages: list[str]) -> BlockStage:
+    """The V split: encoder then decoder layers spread evenly over the chain `stages`."""
+    train = ctx.spec.mode is Mode.TRAIN
+    full = seeded(EncDec, cfg, ctx.device)
+    mem, y, last = _metas(cfg, train)
+    metas = {n: (y, mem) for n in stages}
+    metas[stages[-1]] = last
+    modules: dict[str, nn.Module] = {}
+    shards: list[ParamShard] = []
+    for i, name, held, layer_shards in chain_layers(ctx, stages, [("enc", full.enc), ("dec", full.dec)]):
+        first, end = i == 0, i == len(stages) - 1
+        parts: dict[str, nn.Module] = dict(held)
+        shards += layer_shards
+        if first:  # one full table for both lookups: its gradient sums both uses, as in the reference
+            parts["embed"] = full.embed
+            shards += full_shards(full.embed, "embed")
+        if end:
+            parts.update(norm=full.norm, head=full.head)
+            shards += full_shards(full.norm, "norm") + full_shards(full.head, "head")
+        modules[name] = Fn(_chain_stage(first, end, train), **parts)
+    batch = batch_cache(full, ctx.device)
+
+    def data(block: str, mb: int):
+        src, tgt, labels = batch(mb)
+        tokens = (src, tgt) if block == stages[0] else ()
+        return tokens + ((labels,) if train and block == stages[-1] else ())
+
+    return BlockStage(modules, metas, data, shards)
+
+
+def _chain_stage(first: bool, end: bool, train: bool):
+    def run(m, *args):
+        if first:
+            src, tgt, *labels = args
+            y, x = m.embed(tgt), m.embed(src)
+        else:
+            y, x, *labels = args
+        for layer in m.enc:  # x is the encoder's activations, the memory once its last layer ran
+            x = layer(x)
+        for layer in m.dec:
+            y = layer(y, x)
+        return _head(m, y, labels, train) if end else (y, x)
+    return run
+
+
 def _encode(m, x):
     for layer in m.layers:
         x = layer(x)
@@ -156,6 +225,11 @@ def _decode_last(train: bool):
     def run(m, y, memory, *labels):
         for layer in m.layers:
             y = layer(y, memory)
-        logits = m.head(m.norm(y)).float()
-        return lm_loss(logits, labels[0]) if train else logits
+        return _head(m, y, labels, train)
     return run
+
+
+def _head(m, y, labels, train: bool):
+    """The loss in training, the logits in inference."""
+    logits = m.head(m.norm(y)).float()
+    return lm_loss(logits, labels[0]) if train else logits
