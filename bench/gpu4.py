@@ -84,6 +84,8 @@ def main() -> None:
     ap = arg_parser(__doc__)
     ap.add_argument("--devices", type=int, default=4, help="GPUs to use (an even number; default 4)")
     ap.add_argument("--only", default="gpt,encdec,branches", help="comma-separated subset of gpt,encdec,branches")
+    ap.add_argument("--n-infer", default=",".join(map(str, N_INFER)),
+                    help="micro-batch counts of the two-branch inference runs (comma-separated)")
     ap.add_argument("--profiled", metavar="RESULTS_JSON",
                     help="with --make-plans: search the K-shape on the block times measured in this results file")
     args = ap.parse_args()
@@ -125,7 +127,7 @@ def main() -> None:
     if "branches" in only:
         m = sizes("branches", BRANCHES)
         rows = []
-        for n in N_INFER:
+        for n in map(int, args.n_infer.split(",")):
             base = run(f"k_1f1b_{n}", plan_name("chain", d, f"vshape_infer_1f1b_n{n}"), "branches", m)
             b = base["measured"]["iteration"]
             rows.append(row(f"1F1B V split, N={n}", base))
@@ -136,7 +138,8 @@ def main() -> None:
                 if (PLANS / plan_name("branches", d, rest)).exists():
                     rows.append(row(f"{name}, N={n}", run(key, plan_name("branches", d, rest), "branches", m), b))
         lines += [f"Two-branch inference {BRANCHES}", "", HEADER, *rows, ""]
-    write_results(args.out, f"gpu{d}", res, "\n".join(lines))
+    part = "" if only == {"gpt", "encdec", "branches"} else "_" + "-".join(sorted(only))
+    write_results(args.out, f"gpu{d}{part}", res, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@
 |---|---|---|
 | `executor.models.chain` | V | F0 -> ... -> Fk |
 | `executor.models.gpt` | M (or V) | E(all) -> F0 -> ... -> Fk [-> H(all)] |
-| `executor.models.encdec` | NN | E1(all) -> encoder stages -> E2(all) -> decoder stages |
-| `executor.models.branches` | K | two chains of stages -> J(all) |
+| `executor.models.encdec` | NN (or V) | E1(all) -> encoder stages -> E2(all) -> decoder stages |
+| `executor.models.branches` | K (or V) | two chains of stages -> J(all) |
+
+On a V chain each model runs as the conventional split: its layers in order, evenly over the
+stages, the first stage embedding and the last one computing the head (the 1F1B baseline).
 
 Each module has `factory(ctx, **sizes)` for the executor and `reference(spec, **sizes)` for the
 single-process model with the same weights and micro-batches.
