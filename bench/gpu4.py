@@ -65,7 +65,9 @@ def make_plans(devices: int, profiled: str | None) -> None:
         k = measured_costs(s["branches"], seconds)
         print("profiled K-shape costs:", {b.name: b.time for b in k.blocks})
         for n in N_INFER:
-            print(make_plan(k, "tessel", n, p("branches", f"kshape_tessel_profiled_n{n}")))
+            for blocking in (False, True):
+                sfx = "_blocking" if blocking else ""
+                print(make_plan(k, "tessel", n, p("branches", f"kshape_tessel_profiled{sfx}_n{n}"), blocking))
         return
     for blocking in (False, True):
         sfx = "_blocking" if blocking else ""
@@ -77,6 +79,7 @@ def make_plans(devices: int, profiled: str | None) -> None:
     for n in N_INFER:
         print(make_plan(s["branches"], "tessel", n, p("branches", f"kshape_tessel_n{n}")))
         print(make_plan(s["branches"], "gpipe", n, p("branches", f"kshape_gpipe_n{n}")))
+        print(make_plan(s["branches"], "gpipe", n, p("branches", f"kshape_gpipe_blocking_n{n}"), True))
         print(make_plan(s["chain_infer"], "1f1b", n, p("chain", f"vshape_infer_1f1b_n{n}")))
 
 
@@ -134,7 +137,11 @@ def main() -> None:
             for key, rest, name in ((f"k_gpipe_{n}", f"kshape_gpipe_n{n}", "GPipe order K-shape"),
                                     (f"k_tessel_{n}", f"kshape_tessel_n{n}", "Tessel K-shape, spec costs"),
                                     (f"k_tessel_profiled_{n}", f"kshape_tessel_profiled_n{n}",
-                                     "Tessel K-shape, profiled costs")):
+                                     "Tessel K-shape, profiled costs"),
+                                    (f"k_gpipe_blocking_{n}", f"kshape_gpipe_blocking_n{n}",
+                                     "GPipe order K-shape, blocking"),
+                                    (f"k_tessel_profiled_blocking_{n}", f"kshape_tessel_profiled_blocking_n{n}",
+                                     "Tessel K-shape, profiled costs, blocking")):
                 if (PLANS / plan_name("branches", d, rest)).exists():
                     rows.append(row(f"{name}, N={n}", run(key, plan_name("branches", d, rest), "branches", m), b))
         lines += [f"Two-branch inference {BRANCHES}", "", HEADER, *rows, ""]
