@@ -26,7 +26,7 @@ from .compact import compact
 from .errors import TesselError
 from .ir import Spec
 from .schedule import Schedule, Slot
-from .solvers import Objective, Precedence, Problem, Task, microbatch_order, solve
+from .solvers import Objective, Precedence, Problem, Task, makespan_lower_bound, microbatch_order, solve
 from .validate import validate
 
 BASELINE_NAMES = ("1f1b", "1f1b+")
@@ -90,6 +90,8 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
     span = schedule.makespan(spec)
     problem = Problem(tasks, tuple(prec), spec.devices, capacity=spec.memory, horizon=span,
                       hints=tuple(s.start for s in slots))
+    if span <= makespan_lower_bound(problem):
+        return schedule, False  # already as short as this problem allows: nothing to re-solve
     sol = solve(problem, Objective.MAKESPAN, time_limit, solver=solver, effort=effort)
     if not sol.ok or sol.objective is None or sol.objective >= span:
         return schedule, False

@@ -93,6 +93,14 @@ def test_end_resolve_reaches_the_optimum_at_small_n(name, n, optimum):
     assert refined.repetend == extended.repetend and refined.warmup == extended.warmup
 
 
+def test_end_resolve_skips_the_solver_when_already_at_the_bound(monkeypatch):
+    # 1F1B on a V-shape meets head + work + tail on the last device: nothing to re-solve.
+    spec = vshape(devices=4, memory=4, fwd=1, bwd=3, microbatches=8)
+    sched = build(spec, "1f1b", 8)
+    monkeypatch.setattr("tessel_dsl.refine.solve", lambda *a, **k: pytest.fail("solver called"))
+    assert refine_ends(spec, sched, solver="cpsat", time_limit=None) == (sched, False)
+
+
 def test_search_result_at_small_n_matches_the_optimum():
     spec = _spec("interleaved", 4)
     result = search_mod.search(spec, microbatches=8)

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from tessel_dsl.errors import TesselError
-from tessel_dsl.solvers import Objective, Precedence, Problem, Task, resolve, solve
+from tessel_dsl.solvers import Objective, Precedence, Problem, Task, makespan_lower_bound, resolve, solve
 
 BACKENDS = ("cpsat", "z3")
 
@@ -127,6 +127,33 @@ def test_backends_agree_on_random_problems():
             assert answers["cpsat"].objective == answers["z3"].objective
             for a in answers.values():
                 check(p, a.starts)
+
+
+def test_makespan_lower_bound_adds_head_and_tail_to_a_device_s_work():
+    # dev0 runs a (2) then, after b on dev1 (3), c (1) then d (2); e (4) on dev1 follows c.
+    tasks = (Task("a", 2, (0,)), Task("b", 3, (1,)), Task("c", 1, (0,)), Task("d", 2, (0,)), Task("e", 4, (1,)))
+    prec = (Precedence(0, 1), Precedence(1, 2), Precedence(2, 3), Precedence(2, 4))
+    p = Problem(tasks, prec, 2)
+    # Longest chain a-b-c-e = 10; dev1: head 2 + work 7 + tail 0 = 9; dev0: 0 + 5 + 0.
+    assert makespan_lower_bound(p) == 10
+    assert solve(p, Objective.MAKESPAN).objective == 10
+    # Without precedences only the busiest device's work remains.
+    assert makespan_lower_bound(Problem(tasks, (), 2)) == 7
+
+
+def test_makespan_lower_bound_never_exceeds_the_optimum():
+    rng = random.Random(11)
+    for _ in range(40):
+        p = random_problem(rng)
+        sol = solve(p, Objective.MAKESPAN, solver="cpsat")
+        if sol.ok:
+            assert makespan_lower_bound(p) <= sol.objective
+
+
+def test_makespan_lower_bound_ignores_cyclic_precedences():
+    tasks = (Task("a", 2, (0,)), Task("b", 3, (1,)))
+    p = Problem(tasks, (Precedence(0, 1), Precedence(1, 0, lag=-10)), 2)
+    assert makespan_lower_bound(p) == 3
 
 
 def test_z3_optimize_mode_matches_bisect():

@@ -6,7 +6,7 @@ importing this package costs nothing.
 """
 from __future__ import annotations
 
-from .problem import Objective, Precedence, Problem, Solution, Task, microbatch_order
+from .problem import Objective, Precedence, Problem, Solution, Task, makespan_lower_bound, microbatch_order
 
 SOLVERS = ("cpsat", "z3")
 DEFAULT_SOLVER = "cpsat"  # measured faster on the search's problems (docs/search.md)

@@ -59,6 +59,48 @@ class Precedence:
     lag: int = 0
 
 
+def makespan_lower_bound(problem: Problem) -> int:
+    """A makespan no schedule of `problem` can beat, memory aside: each device's work, preceded by
+    the earliest any of its tasks can start and followed by the shortest chain that must run
+    after its last one (the one-machine "head + work + tail" relaxation), and the longest chain.
+
+    Solvers use it to stop as soon as a schedule reaches it, instead of spending their budget
+    failing to prove that nothing shorter exists.
+    """
+    from graphlib import CycleError, TopologicalSorter
+
+    tasks = problem.tasks
+    if not tasks:
+        return 0
+    preds: dict[int, list[Precedence]] = {i: [] for i in range(len(tasks))}
+    succs: dict[int, list[Precedence]] = {i: [] for i in range(len(tasks))}
+    for p in problem.precedences:
+        preds[p.after].append(p)
+        succs[p.before].append(p)
+    try:
+        order = list(TopologicalSorter({i: [p.before for p in ps] for i, ps in preds.items()}).static_order())
+    except CycleError:  # cyclic precedences (a repetend's wrap-around): no chain reasoning
+        order = None
+    head = [t.fixed if t.fixed is not None else t.release for t in tasks]
+    tail = [0] * len(tasks)
+    if order is not None:
+        for i in order:
+            for p in preds[i]:
+                head[i] = max(head[i], head[p.before] + tasks[p.before].duration + p.lag)
+        for i in reversed(order):
+            for p in succs[i]:
+                tail[i] = max(tail[i], p.lag + tasks[p.after].duration + tail[p.after])
+    head = [max(0, h) for h in head]
+    tail = [max(0, q) for q in tail]
+    bound = max(h + t.duration + q for h, t, q in zip(head, tasks, tail))
+    for d in range(problem.devices):
+        on = problem.on_device(d)
+        if on:
+            work = sum(tasks[i].duration for i in on)
+            bound = max(bound, min(head[i] for i in on) + work + min(tail[i] for i in on))
+    return bound
+
+
 def microbatch_order(index: dict[tuple[str, int], int]) -> list[Precedence]:
     """Each block's micro-batches in index order, for every consecutive pair present in `index`.
 

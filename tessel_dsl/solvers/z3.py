@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from .problem import Objective, Problem, Solution
+from .problem import Objective, Problem, Solution, makespan_lower_bound
 
 RLIMIT_PER_EFFORT = 2_000_000  # z3 resource units per unit of `effort` (about a second's work)
 
@@ -65,13 +65,7 @@ def _lower(problem: Problem, objective: Objective) -> int:
         return 0
     if objective is Objective.SPREAD:
         return max((t.duration for t in problem.tasks), default=0)
-    lb = max((t.release + t.duration for t in problem.tasks), default=0)
-    lb = max([lb] + [t.fixed + t.duration for t in problem.tasks if t.fixed is not None])
-    for d in range(problem.devices):
-        on = problem.on_device(d)
-        if on:
-            lb = max(lb, min(problem.tasks[i].release for i in on) + sum(problem.tasks[i].duration for i in on))
-    return lb
+    return makespan_lower_bound(problem)
 
 
 def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limit: float | None = None,
