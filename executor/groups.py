@@ -8,6 +8,8 @@ other, so every pair that will talk exchanges one tiny message, in one global or
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -60,7 +62,22 @@ def make_links(programs: tuple[Program, ...], backend: str | None = None) -> dic
     posted ahead of time, so with one communicator per pair a receive from the peer could sit in
     front of a send the peer is waiting for. With one communicator per direction, each carries
     only one sender's messages, in the order both sides post them (checked by `check_plan`)."""
-    return {(s, d): dist.new_group([s, d], backend=backend) for s, d in directions(programs)}
+    opts = _link_options(backend)
+    return {(s, d): dist.new_group([s, d], backend=backend, pg_options=opts) for s, d in directions(programs)}
+
+
+def _link_options(backend: str | None):
+    """NCCL options for the point-to-point links: ``TESSEL_P2P_MAX_CTAS`` caps the thread blocks a
+    transfer may take. A receive posted ahead of time occupies its blocks (SMs) until the data
+    arrives, alongside the compute it is meant to overlap with; fewer blocks leave more SMs to
+    that compute, at the cost of per-transfer bandwidth."""
+    ctas = os.environ.get("TESSEL_P2P_MAX_CTAS")
+    if not ctas or backend != "nccl":
+        return None
+    opts = dist.ProcessGroupNCCL.Options()
+    opts.config.max_ctas = int(ctas)
+    opts.config.min_ctas = 1
+    return opts
 
 
 def warm_up_links(links: dict[tuple[int, int], object], rank: int, device: torch.device) -> None:
