@@ -18,6 +18,7 @@ Every row: measured and simulated iteration time, throughput and the largest wai
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -108,6 +109,11 @@ def main() -> None:
         base = record(res, "gpt_torch_1f1b", torch_1f1b(d, N_TRAIN))
         b = base["measured"]["iteration"]
         rows = [row("Schedule1F1B (torch, V split)", base)]
+        # The same cap on NCCL's thread blocks that this executor's links use (executor/groups.py).
+        os.environ["NCCL_MAX_CTAS"] = "1"
+        rows.append(row("Schedule1F1B (torch, V split), NCCL_MAX_CTAS=1",
+                        record(res, "gpt_torch_1f1b_ctas1", torch_1f1b(d, N_TRAIN)), b))
+        del os.environ["NCCL_MAX_CTAS"]
         for key, plan, name in (("gpt_1f1b", plan_name("chain", d, "vshape_1f1b"), "1F1B V split (this executor)"),
                                 ("gpt_tessel", plan_name("gpt", d, "mshape_tessel"), "Tessel M-shape, non-blocking"),
                                 ("gpt_tessel_blocking", plan_name("gpt", d, "mshape_tessel_blocking"),

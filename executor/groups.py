@@ -66,13 +66,17 @@ def make_links(programs: tuple[Program, ...], backend: str | None = None) -> dic
     return {(s, d): dist.new_group([s, d], backend=backend, pg_options=opts) for s, d in directions(programs)}
 
 
+P2P_MAX_CTAS = "1"  # measured in bench/RESULTS.md ("NCCL thread blocks of the links")
+
+
 def _link_options(backend: str | None):
-    """NCCL options for the point-to-point links: ``TESSEL_P2P_MAX_CTAS`` caps the thread blocks a
-    transfer may take. A receive posted ahead of time occupies its blocks (SMs) until the data
-    arrives, alongside the compute it is meant to overlap with; fewer blocks leave more SMs to
-    that compute, at the cost of per-transfer bandwidth."""
-    ctas = os.environ.get("TESSEL_P2P_MAX_CTAS")
-    if not ctas or backend != "nccl":
+    """NCCL options for the point-to-point links: at most ``TESSEL_P2P_MAX_CTAS`` thread blocks
+    (default 1; 0 leaves it to NCCL) per transfer. A transfer posted ahead of time occupies its
+    blocks' SMs until the peer is ready, alongside the compute it is meant to overlap with; one
+    block still moves a pipeline's activations in a fraction of a block's time, and leaves the
+    SMs to the compute."""
+    ctas = os.environ.get("TESSEL_P2P_MAX_CTAS", P2P_MAX_CTAS)
+    if not ctas or ctas == "0" or backend != "nccl":
         return None
     opts = dist.ProcessGroupNCCL.Options()
     opts.config.max_ctas = int(ctas)
