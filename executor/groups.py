@@ -76,7 +76,7 @@ def _link_options(backend: str | None):
     block still moves a pipeline's activations in a fraction of a block's time, and leaves the
     SMs to the compute."""
     ctas = os.environ.get("TESSEL_P2P_MAX_CTAS", P2P_MAX_CTAS)
-    if not ctas or ctas == "0" or backend != "nccl":
+    if not ctas or ctas == "0" or backend != "nccl" or not hasattr(dist, "ProcessGroupNCCL"):
         return None
     opts = dist.ProcessGroupNCCL.Options()
     opts.config.max_ctas = int(ctas)

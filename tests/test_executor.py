@@ -219,3 +219,17 @@ def test_tessel_run_cli_on_a_spec_and_on_bad_input(tmp_path):
     bad = subprocess.run(cmd[:9] + ["--model", "nope"], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=240)
     assert bad.returncode == 1 and "MODULE:FACTORY" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_link_options_only_apply_to_nccl(monkeypatch):
+    from executor.groups import _link_options
+
+    assert _link_options("gloo") is None
+    monkeypatch.setenv("TESSEL_P2P_MAX_CTAS", "0")
+    assert _link_options("nccl") is None  # 0: NCCL's own choice
+    if not torch.distributed.is_nccl_available():
+        monkeypatch.setenv("TESSEL_P2P_MAX_CTAS", "2")
+        assert _link_options("nccl") is None  # a build without NCCL has no options to set
+    else:
+        monkeypatch.setenv("TESSEL_P2P_MAX_CTAS", "2")
+        assert _link_options("nccl").config.max_ctas == 2
