@@ -62,7 +62,11 @@ def make_plans(devices: int, profiled: str | None) -> None:
     s = specs(devices)
     p = lambda model, rest: PLANS / plan_name(model, devices, rest)  # noqa: E731
     if profiled:
-        seconds = json.loads(Path(profiled).read_text())[PROFILE_RUN]["block_seconds"]
+        runs = json.loads(Path(profiled).read_text())
+        if "block_seconds" not in runs.get(PROFILE_RUN, {}):
+            raise SystemExit(f"{profiled} has no {PROFILE_RUN!r} run with block_seconds; run "
+                             "`gpu4.py --only branches --n-infer 32` on the GPUs first")
+        seconds = runs[PROFILE_RUN]["block_seconds"]
         k = measured_costs(s["branches"], seconds)
         print("profiled K-shape costs:", {b.name: b.time for b in k.blocks})
         for n in N_INFER:
