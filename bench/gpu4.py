@@ -46,12 +46,10 @@ def specs(devices: int):
 
 
 def measured_costs(spec, seconds: dict[str, float]):
-    """`spec` with each block's time in whole units of half the fastest measured block."""
-    from tessel_dsl.profile import nice_floor
-    from tessel_dsl.units import round_units
+    """`spec` with the block times a run measured, as `tessel profile --from-run` writes them."""
+    from tessel_dsl.profile import apply_measurements, measurements_from_run
 
-    unit = nice_floor(min(seconds.values()) / 2)
-    return costed(spec, {b: round_units(s / unit, positive=True) for b, s in seconds.items()})
+    return apply_measurements(spec, measurements_from_run(spec, seconds))
 
 
 def plan_name(model: str, devices: int, rest: str) -> str:

@@ -13,7 +13,9 @@ arithmetic and writes the result as a flat `.tsl` file, so `tessel search` reads
   resolution and a capacity that fits as many micro-batches in flight as the original did, unless
   a capacity is given;
 * blocks that could not be measured (and blocks of kind `other`) keep their costs, rescaled to the
-  new time resolution when the original one was physical.
+  new time resolution when the original one was physical;
+* times can also come from a pipelined run (`measurements_from_run`): every block, multi-device
+  ones included, with no activation sizes, so memory keeps the spec's costs, units and capacity.
 """
 from __future__ import annotations
 
@@ -91,6 +93,7 @@ def apply_measurements(spec: Spec, measurements: list[Measurement], *, time_reso
         return round_units(sec / res, positive=True)
 
     mem_res, acts = _memory_resolution(spec, by_fwd)
+    keep_memory = not acts  # nothing to rescale memory by: keep its units and capacity
     blocks: list[Block] = []
     for b in spec.blocks:
         fwd = b.name if b.kind is Kind.FORWARD else b.forward
@@ -102,18 +105,45 @@ def apply_measurements(spec: Spec, measurements: list[Measurement], *, time_reso
                Kind.WEIGHT_GRAD: m.weight_grad}.get(b.kind)
         blocks.append(replace(b, time=t_units(sec, b), memory=_memory(spec, b, fwd, acts)))
     units = Units(res, _label(res, TIME_UNITS), mem_res, _label(mem_res, _DECIMAL) if mem_res > 1 else "B")
+    if keep_memory:
+        units = replace(units, memory_bytes=spec.units.memory_bytes, memory_label=spec.units.memory_label)
     link = spec.link
     if old_res is not None:
         link = replace(link, latency=link.latency * old_res / res, bandwidth=link.bandwidth * res / old_res)
     out = replace(spec, blocks=tuple(blocks), units=units, link=link, name=f"{spec.name}_profiled",
                   expectations=tuple(e for e in spec.expectations if e.metric in ("bubble", "deadlock_free")
                                      or isinstance(e.value, str)))
+    if keep_memory and capacity_bytes is None:
+        return out
     return replace(out, memory=_capacity(spec, out, capacity_bytes))
+
+
+def measurements_from_run(spec: Spec, block_seconds: dict[str, float], device: str = "") -> list[Measurement]:
+    """Measurements from a pipelined run's per-block times (`executor` summaries' ``block_seconds``).
+
+    Unlike profiling each block alone, a run times multi-device blocks too, with their collectives
+    as the run does them. It measures no activations, so memory costs stay as the spec has them.
+    """
+    field_of = {Kind.BACKWARD: "backward", Kind.INPUT_GRAD: "input_grad", Kind.WEIGHT_GRAD: "weight_grad"}
+    unknown = sorted(set(block_seconds) - {b.name for b in spec.blocks})
+    if unknown:
+        raise TesselError(f"the run timed blocks the spec does not have: {', '.join(unknown)} "
+                          "(was it run with a plan for another spec?)")
+    times: dict[str, dict[str, float]] = {}
+    for b in spec.blocks:
+        sec = block_seconds.get(b.name)
+        if sec is None:
+            continue
+        if b.kind is Kind.FORWARD:
+            times.setdefault(b.name, {})["forward"] = sec
+        elif b.kind in field_of and b.forward:
+            times.setdefault(b.forward, {})[field_of[b.kind]] = sec
+    return [Measurement(name, device=device, **t) for name, t in times.items()]
 
 
 def _memory_resolution(spec: Spec, by_fwd: dict[str, Measurement]) -> tuple[int, dict[str, int]]:
     """Memory resolution in bytes and each measured forward block's activation in those units."""
-    sizes = {k: m.activation_bytes or 0 for k, m in by_fwd.items()}
+    sizes = {k: m.activation_bytes or 0 for k, m in by_fwd.items() if m.activation_bytes is not None}
     if spec.units.memory_bytes > 1:
         res = spec.units.memory_bytes
     else:
@@ -125,6 +155,8 @@ def _memory_resolution(spec: Spec, by_fwd: dict[str, Measurement]) -> tuple[int,
 def _memory(spec: Spec, b: Block, fwd: str, acts: dict[str, int]) -> int:
     if spec.mode is Mode.INFER:
         return 0
+    if fwd not in acts:  # activations not measured (times from a run): the spec's costs stand
+        return b.memory
     act = acts[fwd]
     if b.kind is Kind.FORWARD:
         return act

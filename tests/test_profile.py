@@ -12,7 +12,7 @@ from tessel_dsl.analysis import max_inflight
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Kind
 from tessel_dsl.parser import parse
-from tessel_dsl.profile import Measurement, apply_measurements, nice_floor, spec_to_tsl
+from tessel_dsl.profile import Measurement, apply_measurements, measurements_from_run, nice_floor, spec_to_tsl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -249,6 +249,46 @@ def test_near_zero_actions_do_not_dictate_the_resolution():
     new = apply_measurements(spec, found)
     t = {b.name: b.time for b in new.blocks}
     assert new.units.time_seconds == pytest.approx(5e-4) and t["I0"] == 1 and t["W1"] == 4
+
+
+# ----------------------------------------------------------------------------- times from a run
+
+def test_run_times_map_backward_blocks_to_their_forward_and_keep_memory():
+    spec = parse(SPLIT)
+    found = measurements_from_run(spec, {"F0": 2e-3, "F1": 2e-3, "I0": 1e-3, "I1": 1e-3, "W0": 3e-3, "W1": 3e-3},
+                                  device="GPU")
+    assert {m.block: (m.forward, m.input_grad, m.weight_grad, m.activation_bytes) for m in found} == {
+        "F0": (2e-3, 1e-3, 3e-3, None), "F1": (2e-3, 1e-3, 3e-3, None)}
+    new = apply_measurements(spec, found)
+    assert {b.name: b.time for b in new.blocks} == {"F0": 4, "F1": 4, "I0": 2, "I1": 2, "W0": 6, "W1": 6}
+    # No activations were measured: memory costs, their unit and the capacity are the spec's.
+    assert [b.memory for b in new.blocks] == [b.memory for b in spec.blocks]
+    assert new.memory == spec.memory and new.units.memory_label == spec.units.memory_label
+    assert new.units.time_seconds == pytest.approx(5e-4)
+
+
+def test_run_times_from_another_spec_are_refused():
+    with pytest.raises(TesselError, match="does not have: X9"):
+        measurements_from_run(parse(CHAIN), {"F0": 1e-3, "X9": 1e-3})
+
+
+def test_cli_profile_from_run_writes_a_searchable_spec(tmp_path):
+    import json
+
+    (tmp_path / "chain.tsl").write_text(CHAIN)
+    runs = {"slow_b1": {"device": "GPU", "block_seconds": {"F0": 1e-3, "F1": 1e-3, "B1": 9e-3, "B0": 3e-3}}}
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    out = tmp_path / "p.tsl"
+    res = _cli("profile", str(tmp_path / "chain.tsl"), "--from-run", str(tmp_path / "runs.json"),
+               "--run-key", "slow_b1", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    new = {b.name: (b.time, b.memory) for b in parse(out.read_text()).blocks}
+    assert new == {"F0": (2, 1), "F1": (2, 1), "B1": (18, -1), "B0": (6, -1)}
+    # A file of several runs without --run-key, and neither --model nor --from-run, are clear errors.
+    res = _cli("profile", str(tmp_path / "chain.tsl"), "--from-run", str(tmp_path / "runs.json"))
+    assert res.returncode == 1 and "--run-key" in res.stderr and "Traceback" not in res.stderr
+    res = _cli("profile", str(tmp_path / "chain.tsl"))
+    assert res.returncode == 2 and "--from-run" in res.stderr
 
 
 @pytest.mark.gpu

@@ -38,7 +38,13 @@ def _fmt_s(x: float | None) -> str:
 @app.command()
 def profile(
     spec: Path = typer.Argument(..., help="The spec (.tsl) whose blocks the model implements."),
-    model: str = typer.Option(..., "--model", "-m", help="Model factory as MODULE:FACTORY (see executor.model_api)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m",
+                                        help="Model factory as MODULE:FACTORY (see executor.model_api)."),
+    from_run: Optional[Path] = typer.Option(
+        None, "--from-run", help="Take block times from a run's JSON summary (`tessel run --json`, key "
+                                 "block_seconds) instead of measuring: times multi-device blocks too."),
+    run_key: Optional[str] = typer.Option(None, "--run-key", help="With --from-run: the entry of a JSON "
+                                                                  "file holding several runs' summaries."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the profiled spec (.tsl) here."),
     repeats: int = typer.Option(10, "--repeats", min=1, help="Timed runs per block; the median is kept."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed runs before timing."),
@@ -48,15 +54,31 @@ def profile(
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a spec parameter: --set K=V."),
     model_args: Optional[list[str]] = typer.Option(None, "--model-arg", help="Keyword for the factory: K=V."),
 ) -> None:
-    """Time each block's forward and backward and measure its activations on this device."""
+    """Time each block's forward and backward and measure its activations on this device, or take
+    the block times of a pipelined run (--from-run)."""
     from ..parser import parse_file
     from ..profile import apply_measurements, spec_to_tsl
     from ..fileio import write_text_atomic
 
+    if (model is None) == (from_run is None):
+        raise typer.BadParameter("give either --model (measure here) or --from-run (times of a run)",
+                                 param_hint="--model / --from-run")
     res_s = _seconds(resolution) if resolution else None
     cap = _bytes(memory) if memory else None
     kwargs = {k: _literal(v) for k, v in parse_sets(model_args).items()}
     the_spec = parse_file(spec, sets=parse_sets(sets) or None)
+    if from_run is not None:
+        if cap is not None:
+            raise typer.BadParameter("a run measures no activations, so there is no memory to size "
+                                     "against a capacity", param_hint="--memory")
+        found = _from_run(the_spec, from_run, run_key)
+        new = apply_measurements(the_spec, found, time_resolution=res_s)
+        _table(the_spec, new, found)
+        if output is not None:
+            write_text_atomic(output, spec_to_tsl(new, f"{the_spec.name}, with block times from the run "
+                                                       f"{from_run.name}{f' ({run_key})' if run_key else ''}"))
+            err_console.print(f"wrote {output}", highlight=False)
+        return
     try:
         from executor.profile import measure
     except ImportError as e:
@@ -73,6 +95,27 @@ def profile(
         write_text_atomic(output, spec_to_tsl(new, f"{the_spec.name}, with costs measured by `tessel profile "
                                                    f"--model {model}` on {found[0].device or 'this device'}"))
         err_console.print(f"wrote {output}", highlight=False)
+
+
+def _from_run(spec, path: Path, key: str | None):
+    """Measurements from the ``block_seconds`` of a run summary (or of entry `key` in a file of them)."""
+    import json
+
+    from ..errors import TesselError
+    from ..profile import measurements_from_run
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise TesselError(f"{path}: cannot read a run summary ({e})") from None
+    if key is not None:
+        if not isinstance(data, dict) or key not in data:
+            raise TesselError(f"{path}: no entry {key!r}")
+        data = data[key]
+    if not isinstance(data, dict) or not isinstance(data.get("block_seconds"), dict):
+        hint = "" if key else " (a file of several runs needs --run-key)"
+        raise TesselError(f"{path}{f' [{key}]' if key else ''}: no block_seconds in it{hint}")
+    return measurements_from_run(spec, data["block_seconds"], str(data.get("device", "")))
 
 
 def _literal(text: str):
