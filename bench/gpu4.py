@@ -12,8 +12,13 @@ On the GPU machine (torch only): PYTHONPATH=. python bench/gpu4.py [--devices D]
   vs GPipe order and the searched K-shape on the K placement, for 1, 8, 32 and 128 micro-batches
   (the latency of one micro-batch is the N=1 row). The K-shape is searched twice: on the spec's
   unit costs, and on block times measured on the GPUs (`--profiled`: the `block_seconds` of the
-  GPipe-order N=32 run in an earlier results file, multi-device cross encoder included).
+  GPipe-order N=32 run in an earlier results file, multi-device cross encoder included), with
+  blocking rows for the GPipe order and the profiled K-shape.
 Every row: measured and simulated iteration time, throughput and the largest wait share.
+
+The profiled K-shape takes three steps, since the search does not run on the GPU machine:
+`--only branches --n-infer 32` there, `--make-plans --devices D --profiled <its gpuD_branches.json>`
+here, then `--only branches` there (rows whose plan is missing are skipped).
 """
 from __future__ import annotations
 
