@@ -233,3 +233,15 @@ def test_link_options_only_apply_to_nccl(monkeypatch):
     else:
         monkeypatch.setenv("TESSEL_P2P_MAX_CTAS", "2")
         assert _link_options("nccl").config.max_ctas == 2
+
+
+def test_tessel_run_report_lists_block_times():
+    from tessel_dsl.cli.app import console
+    from tessel_dsl.cli.run import render
+
+    spec = shapes.vshape(2, microbatches=2)
+    report = executor.run(plan_for(spec, "1f1b", 2), "executor.models.chain:factory", steps=1, warmup=0, timeout=60)
+    with console.capture() as cap:
+        render(report.summary())
+    text = cap.get()
+    assert "dev1" in text and "block times (median ms): B0 " in text and ", F1 " in text
