@@ -109,3 +109,10 @@ def test_unknown_model_argument_is_a_clear_error():
                        match="unknown model argument"):
         executor.run(plan_for(spec, "1f1b", 2), "executor.models.chain:factory", timeout=30,
                      model_args={"widht": 3})
+
+
+def test_two_branch_chain_without_layers_is_a_clear_error():
+    spec = shapes.vshape(2, mode=Mode.INFER, microbatches=2)
+    with pytest.raises(ExecutionError, match="no layers to split over 2 stages"):
+        executor.run(plan_for(spec, "gpipe", 2), "executor.models.branches:factory", timeout=30,
+                     model_args={"layers": 0, "cross": 0})

@@ -188,6 +188,9 @@ def _chain_factory(ctx: StageContext, cfg: Config, stages: list[str]) -> BlockSt
     full = seeded(Branches, cfg, ctx.device)
     sections = [("text", full.text), ("vision", full.vision), ("cross", full.cross)]
     starts = section_starts([(side, len(layers)) for side, layers in sections], len(stages))
+    if starts["text"] != 0:  # no layer at all: the text entry would land on the last stage
+        raise ExecutionError(f"the two-branch model has no layers to split over {len(stages)} stages "
+                             "(layers and cross are both 0)")
     end = len(stages) - 1
     dt = cfg.torch_dtype
     t = TensorMeta((cfg.batch, cfg.text, cfg.hidden), dt)
