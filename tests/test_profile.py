@@ -289,6 +289,10 @@ def test_cli_profile_from_run_writes_a_searchable_spec(tmp_path):
     assert res.returncode == 1 and "--run-key" in res.stderr and "Traceback" not in res.stderr
     res = _cli("profile", str(tmp_path / "chain.tsl"))
     assert res.returncode == 2 and "--from-run" in res.stderr
+    (tmp_path / "bad.json").write_text('{"block_seconds":\n  {F0: 1}}')
+    res = _cli("profile", str(tmp_path / "chain.tsl"), "--from-run", str(tmp_path / "bad.json"))
+    assert res.returncode == 1 and "bad.json:2:4: not a JSON run summary" in " ".join(res.stderr.split())
+    assert "Traceback" not in res.stderr
 
 
 @pytest.mark.gpu

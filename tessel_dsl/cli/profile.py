@@ -106,6 +106,8 @@ def _from_run(spec, path: Path, key: str | None):
 
     try:
         data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise TesselError(f"{path}:{e.lineno}:{e.colno}: not a JSON run summary ({e.msg})") from None
     except (OSError, ValueError) as e:
         raise TesselError(f"{path}: cannot read a run summary ({e})") from None
     if key is not None:
