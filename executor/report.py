@@ -73,14 +73,19 @@ class RunReport:
         """Iteration time and per-device busy/wait of the median iteration."""
         return summarize(self.timelines[self.median_index()], self.plan.spec.devices)
 
-    def simulated(self) -> dict:
+    def block_seconds(self) -> dict[str, float]:
+        """Each block's median duration in the median iteration, as the replay charges it."""
+        return block_durations(self.timelines[self.median_index()], self.plan)
+
+    def simulated(self, durations: dict[str, float] | None = None) -> dict:
         """The plan replayed with the median iteration's block durations and free transfers."""
-        events = self.timelines[self.median_index()]
-        return summarize(replay(self.plan, block_durations(events, self.plan)), self.plan.spec.devices)
+        durations = self.block_seconds() if durations is None else durations
+        return summarize(replay(self.plan, durations), self.plan.spec.devices)
 
     def summary(self) -> dict:
         """JSON-ready numbers for `--json` and the benchmarks."""
-        m, s = self.measured(), self.simulated()
+        durations = self.block_seconds()
+        m, s = self.measured(), self.simulated(durations)
         mb = self.plan.schedule.microbatches
         return {
             "plan": self.plan.spec.name,
@@ -99,7 +104,7 @@ class RunReport:
             "loss": self.loss,
             # What the replay charged each block: a pipelined run doubles as a profile that
             # includes multi-device blocks, which `tessel profile` cannot run alone.
-            "block_seconds": block_durations(self.timelines[self.median_index()], self.plan),
+            "block_seconds": durations,
         }
 
 

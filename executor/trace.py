@@ -20,7 +20,11 @@ from tessel_dsl.program import Action, Op
 Event = tuple[int, str, float, float]  # device, action text, start s, end s
 
 
-def _own_durations(events: list[Event]) -> dict[str, float]:
+def _computes(events: list[Event]) -> list[Event]:
+    return [ev for ev in events if Action.parse(ev[1]).op is Op.COMPUTE]
+
+
+def _own_durations(computes: list[Event]) -> dict[str, float]:
     """Each compute action's own duration: for a multi-device block, the shortest of its devices'.
 
     A device that reaches a multi-device block early spends the difference blocked inside the
@@ -28,16 +32,15 @@ def _own_durations(events: list[Event]) -> dict[str, float]:
     span is the closest to what the block itself costs.
     """
     own: dict[str, float] = {}
-    for _dev, text, s, e in events:
-        if Action.parse(text).op is Op.COMPUTE:
-            own[text] = min(own.get(text, e - s), e - s)
+    for _dev, text, s, e in computes:
+        own[text] = min(own.get(text, e - s), e - s)
     return own
 
 
 def block_durations(events: list[Event], plan: Plan) -> dict[str, float]:
     """Median measured duration of each block name over its micro-batches (see `_own_durations`)."""
     by_block: dict[str, list[float]] = defaultdict(list)
-    for text, d in _own_durations(events).items():
+    for text, d in _own_durations(_computes(events)).items():
         by_block[Action.parse(text).block].append(d)
     return {b: statistics.median(v) for b, v in by_block.items()}
 
@@ -103,7 +106,7 @@ def summarize(events: list[Event], devices: int) -> dict:
     Busy time counts each compute action's own duration (`_own_durations`): time a device spends
     inside a multi-device block waiting for its peers is wait, as it is in the replay.
     """
-    computes = [(d, text, s, e) for d, text, s, e in events if Action.parse(text).op is Op.COMPUTE]
+    computes = _computes(events)
     if not computes:
         return {"iteration": 0.0, "busy": [0.0] * devices, "wait": [0.0] * devices}
     t0 = min(s for _, _, s, _ in computes)
