@@ -36,7 +36,7 @@ PROFILE_RUN = "k_gpipe_32"  # the run whose measured block times become the prof
 
 
 def specs(devices: int):
-    from executor.models import shapes
+    from tessel_dsl.executor.models import shapes
     from tessel_dsl.ir import Mode
 
     f = {f"F{i}": 2 for i in range(devices)} | {f"B{i}": 4 for i in range(devices)}
@@ -52,7 +52,7 @@ def specs(devices: int):
 
 def measured_costs(spec, seconds: dict[str, float]):
     """`spec` with the block times a run measured, as `tessel profile --from-run` writes them."""
-    from tessel_dsl.profile import apply_measurements, measurements_from_run
+    from tessel_dsl.interop.profile import apply_measurements, measurements_from_run
 
     return apply_measurements(spec, measurements_from_run(spec, seconds))
 
@@ -109,7 +109,7 @@ def main() -> None:
     lines = [f"{d}-GPU runs on {res['gpu']}, {res['date']}", ""]
 
     def run(key: str, plan: str, module: str, margs: dict) -> dict:
-        return record(res, key, run_plan(PLANS / plan, f"executor.models.{module}:factory", margs))
+        return record(res, key, run_plan(PLANS / plan, f"tessel_dsl.executor.models.{module}:factory", margs))
 
     if "gpt" in only:
         m = sizes("gpt", GPT)

@@ -42,13 +42,13 @@ def costed(spec, times: dict[str, int], memory: dict[str, int] | None = None, ca
 
 def make_plan(spec, schedule: str, n: int, path: Path, blocking: bool = False, time_limit: float = 120) -> dict:
     """Search (or build a baseline) and lower; save the plan; return a line for the log."""
-    from tessel_dsl import baselines
+    from tessel_dsl.search import baselines
     from tessel_dsl.lower import lower
     from tessel_dsl.plan import Plan, SearchInfo, save_plan
 
     t = time.time()
     if schedule == "tessel":
-        from tessel_dsl.search import search
+        from tessel_dsl.search.driver import search
 
         res = search(spec, microbatches=n, time_limit=time_limit)
         sched, info = res.schedule, res.info
@@ -78,7 +78,7 @@ def sizes(kind: str, full: dict) -> dict:
 
 
 def run_plan(path: Path, model: str, args: dict, steps: int = 3, warmup: int = 2) -> dict:
-    import executor
+    import tessel_dsl.executor as executor
 
     t = time.time()
     rep = executor.run(path, model, backend="gloo" if smoke() else "nccl", steps=steps, warmup=warmup, timeout=100, collect=True,
@@ -96,8 +96,8 @@ def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmu
     from torch import nn
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-    from executor.models.common import lm_loss, seeded, split_evenly
-    from executor.models.gpt import GPT as Model, Config
+    from tessel_dsl.executor.models.common import lm_loss, seeded, split_evenly
+    from tessel_dsl.executor.models.gpt import GPT as Model, Config
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if torch.cuda.is_available():
@@ -171,7 +171,7 @@ def torch_1f1b(world: int, n: int, steps: int = 3, warmup: int = 2) -> dict:
 
     import torch.multiprocessing as mp
 
-    from executor.launch import free_port
+    from tessel_dsl.executor.launch import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")

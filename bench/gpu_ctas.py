@@ -28,7 +28,7 @@ def main() -> None:
         os.environ["TESSEL_P2P_MAX_CTAS"] = ctas
         for plan, model, full in RUNS:
             s = record(res, f"{plan}:{ctas or 'default'}",
-                       run_plan(PLANS / plan, f"executor.models.{model}:factory", sizes(model, full)))
+                       run_plan(PLANS / plan, f"tessel_dsl.executor.models.{model}:factory", sizes(model, full)))
             blocks = ", ".join(f"{b} {t * 1e3:.2f}" for b, t in sorted(s["block_seconds"].items()))
             lines.append(f"| {plan} | {ctas or 'default'} | {s['measured']['iteration'] * 1e3:.1f} | {blocks} |")
     write_results(args.out, "gpu_ctas", res, "\n".join(lines))

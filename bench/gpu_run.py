@@ -19,7 +19,7 @@ N = 16
 
 
 def make_plans() -> None:
-    from executor.models import shapes
+    from tessel_dsl.executor.models import shapes
 
     # Block costs in ~1 ms units as sized in GPT: a stage of two layers 3 forward / 6 backward,
     # the vocab-parallel head (half of a 512k vocabulary per GPU) 8 / 14, the embedding 1 / 2.
@@ -40,7 +40,7 @@ def main() -> None:
     base = record(results, "torch_1f1b", torch_1f1b(2, N))
     for mode in ("", "_blocking"):
         record(results, f"tessel{mode or '_nonblocking'}",
-               run_plan(PLANS / f"gpt2_n16_mshape_tessel{mode}.json", "executor.models.gpt:factory", sizes("gpt", GPT)))
+               run_plan(PLANS / f"gpt2_n16_mshape_tessel{mode}.json", "tessel_dsl.executor.models.gpt:factory", sizes("gpt", GPT)))
     b = base["measured"]["iteration"]
     lines = [f"GPT vocab {GPT['vocab']}, hidden {GPT['hidden']}, {GPT['layers']} layers, seq {GPT['seq']}, "
              f"{N} micro-batches of {GPT['batch']}, bf16, on {results['gpu']}", "", HEADER,

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tessel_dsl.errors import TesselError  # noqa: E402
-from tessel_dsl.parser import parse_file  # noqa: E402
+from tessel_dsl.lang.parser import parse_file  # noqa: E402
 
 SIZES = (8, 16, 32, 128)
 TO_SIZES = (8, 16)
@@ -49,8 +49,8 @@ def _pct(x: float) -> str:
 
 def bench_one(path: Path, mode: str, d: int, args) -> dict:
     """Search once per repeat, re-extend to every N, and solve TO at the small N."""
-    from tessel_dsl.optimal import OptimalTimeout, optimal
-    from tessel_dsl.search import reextend, search
+    from tessel_dsl.search.optimal import OptimalTimeout, optimal
+    from tessel_dsl.search.driver import reextend, search
 
     spec = parse_file(path, sets={"D": str(d)}, mode=mode)
     row = {"spec": path.stem, "mode": mode, "D": d}
@@ -121,7 +121,7 @@ def table(rows: list[dict], with_to: bool) -> str:
 
 def solver_table(paths: list[Path], args) -> str:
     """Search time and period per (solver, method) on the D=4 training specs."""
-    from tessel_dsl.search import search
+    from tessel_dsl.search.driver import search
 
     combos = [(s, m) for s in ("cpsat", "z3") for m in ("modulo", "enumerate")]
     head = ["spec"] + [f"{s} / {m}" for s, m in combos]

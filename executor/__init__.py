@@ -2,7 +2,7 @@
 
 Only torch, the standard library and the plan-side modules of `tessel_dsl` (ir, plan, program,
 schedule, serialize, errors) are imported here, so a GPU machine needs nothing but torch and the
-plan file. `run` spawns one process per device on this host; ``torchrun -m executor PLAN ...``
+plan file. `run` spawns one process per device on this host; ``torchrun -m tessel_dsl.executor PLAN ...``
 runs the same code with one process per device across hosts.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["run", "RunReport"]
 
 def __getattr__(name: str):
     if name == "RunReport":
-        from .report import RunReport
+        from tessel_dsl.executor.report import RunReport
         return RunReport
     raise AttributeError(name)
 
@@ -34,7 +34,7 @@ def run(plan: Plan | str | os.PathLike, model, *, nproc: int | None = None, back
     stalled rank raises ExecutionError naming the rank, the step and the action, within `timeout`
     seconds of the last progress.
     """
-    from .launch import Options, load, spawn
+    from tessel_dsl.executor.launch import Options, load, spawn
 
     plan = load(plan)
     if blocking is not None and plan.programs and plan.programs[0].blocking != blocking:

@@ -1,4 +1,4 @@
-"""``torchrun --nproc-per-node N -m executor PLAN --model MODULE:FACTORY``: one rank per process.
+"""``torchrun --nproc-per-node N -m tessel_dsl.executor PLAN --model MODULE:FACTORY``: one rank per process.
 
 Uses the environment torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT); rank 0
 prints the measured summary (or JSON with --json) and can write the Chrome trace.
@@ -14,7 +14,7 @@ from tessel_dsl.errors import TesselError
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m executor", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tessel_dsl.executor", description=__doc__.splitlines()[0])
     ap.add_argument("plan")
     ap.add_argument("--model", required=True, help="MODULE:FACTORY")
     ap.add_argument("--model-arg", action="append", default=[], metavar="K=V")
@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
-        from .launch import Options, load, rank_main
-        from .models.common import parse_model_args
+        from tessel_dsl.executor.launch import Options, load, rank_main
+        from tessel_dsl.executor.models.common import parse_model_args
         from tessel_dsl.plan import plan_to_json
 
         plan = load(args.plan)
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                        collect=True)
         rep = rank_main(rank, world, plan_to_json(plan), opts, "env://", local_rank=local)
         if rep is not None:
-            from .trace import write_trace
+            from tessel_dsl.executor.trace import write_trace
 
             if args.trace:
                 write_trace(args.trace, rep.timelines[rep.median_index()])

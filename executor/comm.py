@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from .model_api import TensorMeta
+from tessel_dsl.executor.model_api import TensorMeta
 
 
 class CommTimeout(RuntimeError):

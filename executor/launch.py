@@ -5,7 +5,7 @@ Every rank runs `rank.rank_main` (under `torchrun` too, see `executor.__main__`)
 silently: each rank's watchdog reports a stall, and the supervisor here stops all ranks as soon
 as one fails and reports the first cause, or reports ranks that made no progress at all.
 
-`Options`, `Channel` and `rank_main` live in `executor.rank` and are importable from here too.
+`Options`, `Channel` and `rank_main` live in `tessel_dsl.executor.rank` and are importable from here too.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from tessel_dsl.errors import ExecutionError, PlanError, TesselError
 from tessel_dsl.plan import Plan, load_plan, plan_to_json
 from tessel_dsl.program import Op
 
-from .rank import Channel, Options, rank_main
-from .report import RunReport
+from tessel_dsl.executor.rank import Channel, Options, rank_main
+from tessel_dsl.executor.report import RunReport
 
 __all__ = ["Channel", "Options", "check_plan", "free_port", "load", "rank_main", "spawn"]
 
@@ -76,7 +76,7 @@ def check_plan(plan: Plan, nproc: int | None = None) -> int:
 def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
     """Start one process per device on this host, wait for them, return rank 0's merged report.
 
-    Ranks are fresh interpreters (``python -m executor.worker``), so nothing of the caller's
+    Ranks are fresh interpreters (``python -m tessel_dsl.executor.worker``), so nothing of the caller's
     process -- a CLI, a test runner -- is re-imported or inherited."""
     world = check_plan(plan, nproc)
     with tempfile.TemporaryDirectory(prefix="tessel-run-") as tmp:
@@ -85,7 +85,9 @@ def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
         init = (job / "store").as_uri()
         (job / "job").write_bytes(pickle.dumps((plan_to_json(plan), opts, world, init)))
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)
+        import tessel_dsl
+
+        root = str(Path(tessel_dsl.__file__).resolve().parent.parent)  # where this tessel_dsl is found
         if opts.backend == "nccl":
             # Loading a kernel lazily while an NCCL kernel spins waiting for a peer can block the
             # host; with sends and receives in flight during compute that is the normal case.
@@ -95,7 +97,7 @@ def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
             _preload(opts.model)
             procs = [_Forked(job, r, world) for r in range(world)]
         else:
-            procs = [subprocess.Popen([sys.executable, "-m", "executor.worker", tmp, str(r)], env=env)
+            procs = [subprocess.Popen([sys.executable, "-m", "tessel_dsl.executor.worker", tmp, str(r)], env=env)
                      for r in range(world)]
         try:
             return _supervise(plan, opts, procs, job, world)
@@ -126,8 +128,8 @@ def _preload(model: str) -> None:
     import torch.distributed  # noqa: F401
     import torch.nn.functional as F
 
-    from . import groups, runtime  # noqa: F401
-    from .model_api import load_factory
+    from tessel_dsl.executor import groups, runtime  # noqa: F401
+    from tessel_dsl.executor.model_api import load_factory
 
     x = torch.ones(2, 2, requires_grad=True)
     y = F.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None])

@@ -23,7 +23,7 @@ from pathlib import Path
 from tessel_dsl.errors import TesselError
 from tessel_dsl.plan import plan_from_json
 
-from .report import RankResult, RunReport
+from tessel_dsl.executor.report import RankResult, RunReport
 
 
 @dataclass
@@ -99,7 +99,7 @@ def _prime(plan, stage, rank, device, opts, beat, links, control) -> None:
 
     from tessel_dsl.lower import lower
 
-    from .runtime import RankRunner
+    from tessel_dsl.executor.runtime import RankRunner
 
     blocking = dataclasses.replace(plan, programs=lower(plan.spec, plan.schedule, blocking=True))
     for m in stage.modules.values():
@@ -114,9 +114,9 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
     import torch
     import torch.distributed as dist
 
-    from .groups import make_groups, make_links, warm_up_device, warm_up_links
-    from .model_api import StageContext, load_factory
-    from .runtime import RankRunner
+    from tessel_dsl.executor.groups import make_groups, make_links, warm_up_device, warm_up_links
+    from tessel_dsl.executor.model_api import StageContext, load_factory
+    from tessel_dsl.executor.runtime import RankRunner
 
     def report(kind: str, msg: str) -> None:
         if chan is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tessel_dsl.plan import Plan
 
-from .trace import Event, block_durations, replay, summarize
+from tessel_dsl.executor.trace import Event, block_durations, replay, summarize
 
 
 @dataclass

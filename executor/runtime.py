@@ -20,8 +20,8 @@ from tessel_dsl.ir import Kind, Mode
 from tessel_dsl.plan import Plan
 from tessel_dsl.program import Action, Op
 
-from .comm import CommTimeout, MessageManager
-from .model_api import StageModel, backward_of, forward_preds, forward_succs, grad_meta, grad_slice
+from tessel_dsl.executor.comm import CommTimeout, MessageManager
+from tessel_dsl.executor.model_api import StageModel, backward_of, forward_preds, forward_succs, grad_meta, grad_slice
 
 Key = tuple[str, int]
 

@@ -1,11 +1,11 @@
-"""Entry point of one spawned rank: ``python -m executor.worker JOB_DIR RANK`` (see launch.spawn)."""
+"""Entry point of one spawned rank: ``python -m tessel_dsl.executor.worker JOB_DIR RANK`` (see launch.spawn)."""
 from __future__ import annotations
 
 import pickle
 import sys
 from pathlib import Path
 
-from .rank import Channel, rank_main
+from tessel_dsl.executor.rank import Channel, rank_main
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """SimPy model of a plan's per-device programs: devices, links, memory, deadlock detection.
 
-    from simulator import simulate
+    from tessel_dsl.simulator import simulate
     report = simulate(plan)                         # links as the spec says (free by default)
     report = simulate(plan, link=Link(latency=0.1), blocking=True)
     report = simulate((spec, programs))             # programs from anywhere, e.g. hand-edited
@@ -19,11 +19,11 @@ from tessel_dsl.ir import Link, Spec
 from tessel_dsl.program import Program
 from tessel_dsl.schedule import Schedule
 
-from .deadlock import Blocked, Deadlock, explain
-from .engine import Engine
-from .memory import Overflow
-from .metrics import bubbles, comm_split, drift, makespan, steady_period
-from .report import Report, summary_table
+from tessel_dsl.simulator.deadlock import Blocked, Deadlock, explain
+from tessel_dsl.simulator.engine import Engine
+from tessel_dsl.simulator.memory import Overflow
+from tessel_dsl.simulator.metrics import bubbles, comm_split, drift, makespan, steady_period
+from tessel_dsl.simulator.report import Report, summary_table
 
 __all__ = ["simulate", "Report", "Deadlock", "Blocked", "Overflow", "summary_table"]
 

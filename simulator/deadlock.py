@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .engine import Engine
+from tessel_dsl.simulator.engine import Engine
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from tessel_dsl.ir import Link, Spec
 from tessel_dsl.lower import tensor_bytes
 from tessel_dsl.program import Op, Program
 
-from .links import Network, Xfer
-from .memory import MemoryTracker
+from tessel_dsl.simulator.links import Network, Xfer
+from tessel_dsl.simulator.memory import MemoryTracker
 
 
 class DeviceState:

@@ -8,7 +8,7 @@ from statistics import median
 
 from tessel_dsl.schedule import Schedule
 
-from .engine import Engine
+from tessel_dsl.simulator.engine import Engine
 
 
 def makespan(engine: Engine) -> float:

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 
 from tessel_dsl.ir import Link
 
-from .deadlock import Deadlock
-from .memory import Overflow
+from tessel_dsl.simulator.deadlock import Deadlock
+from tessel_dsl.simulator.memory import Overflow
 
 Bar = tuple[float, float, str, int]  # (start, end, block, micro-batch)
 

@@ -56,9 +56,19 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
-from .errors import (
+# In a source checkout, simulator/, executor/ and grammar/ sit beside this folder; an install maps
+# them inside the package (pyproject's package-dir). Searching the checkout's root as part of this
+# package makes `tessel_dsl.simulator` etc. import the same way in both, e.g. for a GPU machine that
+# runs from a copy of the repository with nothing installed.
+_ROOT = Path(__file__).resolve().parent.parent
+if not (Path(__file__).parent / "simulator").is_dir() and (_ROOT / "simulator" / "__init__.py").is_file() \
+        and (_ROOT / "pyproject.toml").is_file():
+    __path__.append(str(_ROOT))  # type: ignore[name-defined]
+
+from tessel_dsl.errors import (
     ExecutionError,
     InfeasibleError,
     PlanError,
@@ -73,20 +83,20 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it; imported on first attribute access.
 _LAZY = {
-    "parse": "tessel_dsl.parser",
-    "parse_file": "tessel_dsl.parser",
-    "check": "tessel_dsl.check",
-    "search": "tessel_dsl.search",
+    "parse": "tessel_dsl.lang.parser",
+    "parse_file": "tessel_dsl.lang.parser",
+    "check": "tessel_dsl.lang.check",
+    "search": "tessel_dsl.search.driver",
     "lower": "tessel_dsl.lower",
     "validate": "tessel_dsl.validate",
     "load_plan": "tessel_dsl.plan",
     "save_plan": "tessel_dsl.plan",
     "make_plan": "tessel_dsl.plan",
-    "simulate": "simulator",
-    "run": "executor",
-    "export_torch_csv": "tessel_dsl.torch_csv",
-    "schedule_from_csv": "tessel_dsl.torch_csv",
-    "profile_spec": "tessel_dsl.profile",
+    "simulate": "tessel_dsl.simulator",
+    "run": "tessel_dsl.executor",
+    "export_torch_csv": "tessel_dsl.interop.torch_csv",
+    "schedule_from_csv": "tessel_dsl.interop.torch_csv",
+    "profile_spec": "tessel_dsl.tools.profiling",
 }
 
 __all__ = sorted(_LAZY) + [
@@ -108,12 +118,13 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """The package object. Several public functions share their module's name (`lower` lives in
-    `tessel_dsl.lower`), and importing a submodule normally rebinds the package attribute to the
-    module; this keeps the public name bound to the function whatever was imported first."""
+    """The package object. Several public functions share a submodule's name (`lower` in
+    `tessel_dsl.lower`, `search` in `tessel_dsl.search`), and importing a submodule normally rebinds
+    the package attribute to the module; this keeps the public name bound to the function whatever
+    was imported first."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _LAZY.get(name) == f"{__name__}.{name}":
+        if isinstance(value, types.ModuleType) and name in _LAZY:
             return
         super().__setattr__(name, value)
 

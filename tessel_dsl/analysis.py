@@ -1,7 +1,7 @@
 """Quantities read straight off a spec, before any search: the paper's Algorithm 1, lines 1-6."""
 from __future__ import annotations
 
-from .ir import Spec
+from tessel_dsl.ir import Spec
 
 
 def busy_time(spec: Spec) -> tuple[int, ...]:

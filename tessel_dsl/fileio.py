@@ -5,7 +5,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .errors import TesselError
+from tessel_dsl.errors import TesselError
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 
-from .errors import Location
+from tessel_dsl.errors import Location
 
 
 class Kind(str, Enum):

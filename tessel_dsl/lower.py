@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ScheduleError
-from .ir import Spec
-from .program import Action, Op, Program
-from .schedule import Schedule, Slot
+from tessel_dsl.errors import ScheduleError
+from tessel_dsl.ir import Spec
+from tessel_dsl.program import Action, Op, Program
+from tessel_dsl.schedule import Schedule, Slot
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import PlanError
-from .fileio import write_text_atomic
-from .ir import Spec
-from .program import Program
-from .schedule import Schedule
-from .serialize import from_json, to_json
+from tessel_dsl.errors import PlanError
+from tessel_dsl.fileio import write_text_atomic
+from tessel_dsl.ir import Spec
+from tessel_dsl.program import Program
+from tessel_dsl.schedule import Schedule
+from tessel_dsl.serialize import from_json, to_json
 
 SCHEMA = "tessel-plan"
 VERSION = 1
@@ -88,8 +88,8 @@ def load_plan(path: str | os.PathLike) -> Plan:
 
 def make_plan(spec: Spec, schedule: Schedule, info: SearchInfo | None = None, *, blocking: bool = False) -> Plan:
     """Validate `schedule`, lower it to per-device programs and bundle everything as a Plan."""
-    from .lower import lower
-    from .validate import validate
+    from tessel_dsl.lower import lower
+    from tessel_dsl.validate import validate
 
     validate(spec, schedule)
     programs = lower(spec, schedule, blocking=blocking)

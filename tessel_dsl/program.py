@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from .errors import PlanError
+from tessel_dsl.errors import PlanError
 
 
 class Op(str, Enum):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Spec
+from tessel_dsl.ir import Spec
 
 
 @dataclass(frozen=True, order=True)

@@ -13,7 +13,7 @@ from enum import Enum
 from functools import cache
 from typing import Any
 
-from .errors import Location, PlanError
+from tessel_dsl.errors import Location, PlanError
 
 
 def to_json(obj: Any) -> Any:

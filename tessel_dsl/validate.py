@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .errors import ScheduleError
-from .ir import Spec
-from .schedule import Schedule, Slot
+from tessel_dsl.errors import ScheduleError
+from tessel_dsl.ir import Spec
+from tessel_dsl.schedule import Schedule, Slot
 
 
 def validate(spec: Spec, schedule: Schedule, *, check_memory: bool = True) -> None:

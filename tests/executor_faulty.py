@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from executor.models import chain
+from tessel_dsl.executor.models import chain
 
 
 def factory(ctx, fail_rank: int = 1, fail_block: str = "F1", how: str = "raise", **kw):

@@ -6,8 +6,8 @@ import importlib
 
 import torch
 
-from executor.models.common import reference_step
-from tessel_dsl import baselines
+from tessel_dsl.executor.models.common import reference_step
+from tessel_dsl.search import baselines
 from tessel_dsl.ir import Mode, Spec
 from tessel_dsl.lower import lower
 from tessel_dsl.plan import Plan

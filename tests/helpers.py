@@ -1,7 +1,7 @@
 """Small Python-built specs for tests that must not depend on the parser, and an in-process CLI runner."""
 from __future__ import annotations
 
-from tessel_dsl.compact import compact
+from tessel_dsl.search.compact import compact
 from tessel_dsl.ir import Block, Edge, Kind, Spec
 from tessel_dsl.schedule import Schedule
 

@@ -48,7 +48,7 @@ def test_every_public_name_is_a_documented_callable(name):
 
 
 def test_function_names_survive_importing_their_modules():
-    code = ("import tessel_dsl.validate, tessel_dsl.lower, tessel_dsl.torch_csv\nimport tessel_dsl as t\n"
+    code = ("import tessel_dsl.validate, tessel_dsl.lower, tessel_dsl.interop.torch_csv\nimport tessel_dsl as t\n"
             "assert callable(t.validate) and callable(t.lower), (t.validate, t.lower)\n"
             "assert t.validate.__module__ == 'tessel_dsl.validate'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
@@ -74,7 +74,7 @@ def test_api_guide_examples():
     guide = ROOT / "docs" / "api.md"
     if not guide.exists():
         pytest.skip("docs/api.md not present")
-    for module in ("tessel_dsl.parser", "tessel_dsl.search", "simulator"):
+    for module in ("tessel_dsl.lang.parser", "tessel_dsl.search.driver", "simulator"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.baselines import NotApplicable, build
-from tessel_dsl.baselines.compare import baseline_row
+from tessel_dsl.search.baselines import NotApplicable, build
+from tessel_dsl.search.baselines.compare import baseline_row
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
 from tessel_dsl.validate import validate
@@ -249,7 +249,7 @@ def test_chimera_that_does_not_fit_memory_is_not_applicable():
 @pytest.mark.parametrize("spec_file", sorted((ROOT / "specs").glob("*.tsl")), ids=lambda p: p.stem)
 @pytest.mark.parametrize("mode", ["train", "infer"])
 def test_shipped_specs_get_a_valid_gpipe_and_clear_answers(spec_file, mode):
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     spec = parse_file(spec_file, mode=mode)
     for name in NAMES:

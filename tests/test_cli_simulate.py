@@ -102,8 +102,8 @@ def test_spec_is_searched_then_plan_is_reextended(capsys, tmp_path):
     assert data["microbatches"] == 12 and data["ok"]
     assert data["period"] == data["lower_bound"] == data["planned_period"]
 
-    from tessel_dsl.parser import parse_file
-    from tessel_dsl.search import search
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.search.driver import search
 
     spec = parse_file(SPECS / "vshape.tsl")
     res = search(spec, microbatches=8)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.baselines import build
-from tessel_dsl.baselines.compare import compare, measured_period, steady_bubble
-from tessel_dsl.baselines.table3 import PAPER, table3
+from tessel_dsl.search.baselines import build
+from tessel_dsl.search.baselines.compare import compare, measured_period, steady_bubble
+from tessel_dsl.report.table3 import PAPER, table3
 
 from .test_baselines import mshape, vshape, xshape
 
@@ -65,7 +65,7 @@ def test_set_and_mode_reach_the_spec():
 
 
 def test_plan_file_is_compared_with_baselines(tmp_path):
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.plan import SearchInfo, make_plan, save_plan
 
     spec = parse_file(ROOT / "specs" / "vshape.tsl")

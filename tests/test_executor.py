@@ -14,9 +14,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import executor  # noqa: E402
-from executor.launch import check_plan  # noqa: E402
-from executor.models import shapes  # noqa: E402
-from executor.trace import block_durations, chrome_trace, replay, summarize  # noqa: E402
+from tessel_dsl.executor.launch import check_plan  # noqa: E402
+from tessel_dsl.executor.models import shapes  # noqa: E402
+from tessel_dsl.executor.trace import block_durations, chrome_trace, replay, summarize  # noqa: E402
 from tessel_dsl.errors import ExecutionError, PlanError  # noqa: E402
 from tessel_dsl.ir import Block, Edge, Kind, Spec  # noqa: E402
 from tessel_dsl.plan import Plan, save_plan  # noqa: E402
@@ -95,12 +95,12 @@ def test_a_plan_without_programs_is_rejected():
 
 def test_nproc_must_match_the_plan():
     with pytest.raises(ExecutionError, match="--nproc is 3"):
-        executor.run(plan_for(shapes.vshape(2, microbatches=1), "1f1b", 1), "executor.models.chain:factory", nproc=3)
+        executor.run(plan_for(shapes.vshape(2, microbatches=1), "1f1b", 1), "tessel_dsl.executor.models.chain:factory", nproc=3)
 
 
 def test_blocking_request_must_match_the_lowering():
     with pytest.raises(ExecutionError, match="lowered for non-blocking"):
-        executor.run(plan_for(shapes.vshape(2, microbatches=1), "1f1b", 1), "executor.models.chain:factory",
+        executor.run(plan_for(shapes.vshape(2, microbatches=1), "1f1b", 1), "tessel_dsl.executor.models.chain:factory",
                      blocking=True)
 
 
@@ -116,8 +116,8 @@ def test_blocking_plan_gives_the_same_gradients():
     spec = shapes.mshape(2, microbatches=4, head=True)
     plan = plan_for(spec, "1f1b+", 4, blocking=True)
     assert all(p.blocking for p in plan.programs)
-    report = executor.run(plan, "executor.models.gpt:factory", collect=True, grads=True, timeout=60, blocking=True)
-    check_training(report, "executor.models.gpt", spec, {})
+    report = executor.run(plan, "tessel_dsl.executor.models.gpt:factory", collect=True, grads=True, timeout=60, blocking=True)
+    check_training(report, "tessel_dsl.executor.models.gpt", spec, {})
 
 
 def test_priming_iteration_leaves_the_results_unchanged(monkeypatch):
@@ -126,8 +126,8 @@ def test_priming_iteration_leaves_the_results_unchanged(monkeypatch):
     spec = shapes.mshape(2, microbatches=4, head=True)
     plan = plan_for(spec, "1f1b+", 4)
     assert not any(p.blocking for p in plan.programs)
-    report = executor.run(plan, "executor.models.gpt:factory", collect=True, grads=True, timeout=60)
-    check_training(report, "executor.models.gpt", spec, {})
+    report = executor.run(plan, "tessel_dsl.executor.models.gpt:factory", collect=True, grads=True, timeout=60)
+    check_training(report, "tessel_dsl.executor.models.gpt", spec, {})
 
 
 def split_backward_spec(d: int = 2) -> Spec:
@@ -141,14 +141,14 @@ def split_backward_spec(d: int = 2) -> Spec:
 
 def test_split_backward_input_then_weight_gradients():
     spec = split_backward_spec(2)
-    report = executor.run(plan_for(spec, "gpipe", 4), "executor.models.chain:factory", collect=True, grads=True,
+    report = executor.run(plan_for(spec, "gpipe", 4), "tessel_dsl.executor.models.chain:factory", collect=True, grads=True,
                           timeout=60)
-    check_training(report, "executor.models.chain", spec, {})
+    check_training(report, "tessel_dsl.executor.models.chain", spec, {})
 
 
 def test_report_numbers_and_trace_file(tmp_path):
     spec = shapes.vshape(2, microbatches=4)
-    report = executor.run(plan_for(spec, "1f1b", 4), "executor.models.chain:factory", steps=2, warmup=1, timeout=60)
+    report = executor.run(plan_for(spec, "1f1b", 4), "tessel_dsl.executor.models.chain:factory", steps=2, warmup=1, timeout=60)
     s = report.summary()
     assert len(s["iterations"]) == 2 and s["measured"]["iteration"] > 0
     for d in range(2):
@@ -158,7 +158,7 @@ def test_report_numbers_and_trace_file(tmp_path):
     assert set(s["block_seconds"]) == {"F0", "F1", "B0", "B1"} and min(s["block_seconds"].values()) > 0
     computes = [e for e in report.timelines[0] if " " not in e[1]]
     assert sorted(e[1] for e in computes if e[0] == 0) == sorted(f"{b}:{m}" for b in ("F0", "B0") for m in range(4))
-    from executor.trace import write_trace
+    from tessel_dsl.executor.trace import write_trace
 
     write_trace(tmp_path / "t.json", report.timelines[0])
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
@@ -178,8 +178,8 @@ def test_the_gpu_side_imports_only_torch_and_the_plan(tmp_path):
     save_plan(plan_for(spec, "1f1b+", 2), tmp_path / "plan.json")
     script = textwrap.dedent(f"""
         import sys
-        import executor
-        rep = executor.run({str(tmp_path / 'plan.json')!r}, "executor.models.gpt:factory", timeout=60, collect=True)
+        import tessel_dsl.executor as executor
+        rep = executor.run({str(tmp_path / 'plan.json')!r}, "tessel_dsl.executor.models.gpt:factory", timeout=60, collect=True)
         assert len(rep.losses) == 2
         bad = [m for m in {BLOCKED!r} if m in sys.modules]
         assert not bad, bad
@@ -196,7 +196,7 @@ def test_torchrun_entry_point(tmp_path):
     spec = shapes.vshape(2, microbatches=2)
     save_plan(plan_for(spec, "1f1b", 2), tmp_path / "plan.json")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "executor", str(tmp_path / "plan.json"), "--model", "executor.models.chain:factory",
+           "-m", "executor", str(tmp_path / "plan.json"), "--model", "tessel_dsl.executor.models.chain:factory",
            "--json", "--trace", str(tmp_path / "trace.json"), "--timeout", "60"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
@@ -209,7 +209,7 @@ def test_torchrun_entry_point(tmp_path):
 def test_tessel_run_cli_on_a_spec_and_on_bad_input(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "tessel_dsl.cli", "run", str(ROOT / "specs" / "mshape.tsl"), "--set", "D=2",
-           "--set", "N=4", "--model", "executor.models.gpt:factory", "--json", "--steps", "1", "--warmup", "0",
+           "--set", "N=4", "--model", "tessel_dsl.executor.models.gpt:factory", "--json", "--steps", "1", "--warmup", "0",
            "--trace", str(tmp_path / "t.json")]
     out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -222,7 +222,7 @@ def test_tessel_run_cli_on_a_spec_and_on_bad_input(tmp_path):
 
 
 def test_link_options_only_apply_to_nccl(monkeypatch):
-    from executor.groups import _link_options
+    from tessel_dsl.executor.groups import _link_options
 
     assert _link_options("gloo") is None
     monkeypatch.setenv("TESSEL_P2P_MAX_CTAS", "0")
@@ -240,7 +240,7 @@ def test_tessel_run_report_lists_block_times():
     from tessel_dsl.cli.run import render
 
     spec = shapes.vshape(2, microbatches=2)
-    report = executor.run(plan_for(spec, "1f1b", 2), "executor.models.chain:factory", steps=1, warmup=0, timeout=60)
+    report = executor.run(plan_for(spec, "1f1b", 2), "tessel_dsl.executor.models.chain:factory", steps=1, warmup=0, timeout=60)
     with console.capture() as cap:
         render(report.summary())
     text = cap.get()

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 import executor  # noqa: E402
-from executor.models import shapes  # noqa: E402
+from tessel_dsl.executor.models import shapes  # noqa: E402
 from tessel_dsl.errors import ExecutionError  # noqa: E402
 
 from .executor_support import plan_for  # noqa: E402
@@ -46,7 +46,7 @@ def test_a_factory_that_fails_is_reported_with_its_rank():
 
 @pytest.mark.parametrize("ref,match", [("nocolon", "MODULE:FACTORY"),
                                        ("no_such_module_x:factory", "cannot import model module"),
-                                       ("executor.models.chain:nope", "no factory function 'nope'")])
+                                       ("tessel_dsl.executor.models.chain:nope", "no factory function 'nope'")])
 def test_bad_model_references(ref, match):
     with pytest.raises(ExecutionError, match=match):
         executor.run(plan(), ref, timeout=20)

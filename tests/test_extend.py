@@ -7,19 +7,19 @@ from pathlib import Path
 import pytest
 
 from tessel_dsl.errors import InfeasibleError
-from tessel_dsl.extend import Parts, extend, parts_of
+from tessel_dsl.search.extend import Parts, extend, parts_of
 from tessel_dsl.plan import load_plan, make_plan, save_plan
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.validate import validate
 from tests.helpers import vshape
 
-search = importlib.import_module("tessel_dsl.search").search
+search = importlib.import_module("tessel_dsl.search.driver").search
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 @pytest.mark.parametrize("shape", ["vshape", "xshape", "kshape", "mshape", "nnshape"])
 def test_extension_stays_valid_and_periodic(shape):
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     spec = parse_file(SPECS / f"{shape}.tsl")
     result = search(spec)

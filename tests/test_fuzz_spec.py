@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tessel_dsl.errors import TesselError
-from tessel_dsl.parser import parse
+from tessel_dsl.lang.parser import parse
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SOURCES = [(p, p.read_text()) for p in sorted(SPECS.glob("*.tsl"))]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator import simulate
-from tessel_dsl.expect import check_expectations, compare, describe, judge, spec_files
+from tessel_dsl.simulator import simulate
+from tessel_dsl.tools.expect import check_expectations, compare, describe, judge, spec_files
 from tessel_dsl.ir import Expectation
 from tessel_dsl.plan import make_plan
 
@@ -20,8 +20,8 @@ def _plugin_args() -> list[str]:
     """Load the plugin by hand only when no installed entry point already does (source tree)."""
     from importlib.metadata import entry_points
 
-    installed = any(ep.value == "tessel_dsl.pytest_plugin" for ep in entry_points(group="pytest11"))
-    return [] if installed else ["-p", "tessel_dsl.pytest_plugin"]
+    installed = any(ep.value == "tessel_dsl.tools.pytest_plugin" for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "tessel_dsl.tools.pytest_plugin"]
 
 # Two devices, a chain F0 -> F1 -> B1 -> B0: tiny, so searching it takes a moment only.
 PIPE = """\
@@ -44,7 +44,7 @@ def tiny(tmp_path: Path, expects: str, name: str = "tiny.tsl") -> Path:
 
 
 def test_tiny_spec_parses(tmp_path):
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     spec = parse_file(tiny(tmp_path, "expect deadlock_free"))
     assert [b.name for b in spec.blocks] == ["F0", "F1", "B1", "B0"]

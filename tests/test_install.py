@@ -46,12 +46,33 @@ def test_installed_package_ships_the_grammar(tmp_path):
     assert json.loads(out.stdout)["lower_bound"] == 4
 
 
+def test_installing_adds_one_top_level_name(tmp_path):
+    """A non-editable install puts `tessel_dsl` into site-packages and nothing else: no generic
+    `executor` or `simulator` package to clash with other distributions or a user's own files."""
+    where = _installed_location(tmp_path)
+    if where is None or REPO in where.parents:
+        pytest.skip("needs a non-editable install (CI makes one)")
+    from importlib.metadata import distribution
+
+    files = distribution("tessel-dsl").files or []
+    tops = {f.parts[0] for f in files if len(f.parts) > 1 and not f.parts[0].endswith(".dist-info")
+            and f.parts[0] not in ("..", "bin", "Scripts")}
+    assert tops == {"tessel_dsl"}, tops
+    for name in ("executor", "simulator"):
+        probe = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=tmp_path, capture_output=True, text=True)
+        assert probe.returncode != 0 and "No module named" in probe.stderr, (name, probe.stderr)
+    probe = subprocess.run([sys.executable, "-c", "import tessel_dsl.executor, tessel_dsl.simulator"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+
+
 def test_every_source_package_is_listed_in_pyproject():
     import tomllib
 
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(REPO).parts)
-             for top in ("tessel_dsl", "simulator", "executor") for p in (REPO / top).rglob("__init__.py")}
+    inside = {"tessel_dsl": (), "simulator": ("tessel_dsl",), "executor": ("tessel_dsl",)}
+    found = {".".join((*inside[top], *p.parent.relative_to(REPO).parts))
+             for top in inside for p in (REPO / top).rglob("__init__.py")}
     assert found <= listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tessel_dsl.errors import PlanError
 from tessel_dsl.ir import Spec
-from tessel_dsl.parser import parse_file
+from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.plan import SCHEMA, VERSION, Plan, load_plan, save_plan
 from tessel_dsl.schedule import Schedule, Slot
 from tessel_dsl.serialize import from_json, to_json

@@ -7,28 +7,28 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import executor  # noqa: E402
-from executor.models import shapes  # noqa: E402
-from executor.models.common import chain_split, section_starts  # noqa: E402
+from tessel_dsl.executor.models import shapes  # noqa: E402
+from tessel_dsl.executor.models.common import chain_split, section_starts  # noqa: E402
 from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.ir import Mode  # noqa: E402
 
 from .executor_support import check_inference, check_training, plan_for  # noqa: E402
 
 TRAIN = [
-    ("executor.models.chain", shapes.vshape, {}, "1f1b"),
-    ("executor.models.gpt", shapes.mshape, {}, "1f1b+"),
-    ("executor.models.gpt", lambda d, **kw: shapes.mshape(d, head=True, **kw), {}, "1f1b+"),
-    ("executor.models.encdec", shapes.nnshape, {}, "1f1b+"),
-    ("executor.models.encdec", shapes.vshape, {}, "1f1b"),
-    ("executor.models.branches", shapes.kshape, {}, "gpipe"),
-    ("executor.models.branches", shapes.vshape, {}, "1f1b"),
+    ("tessel_dsl.executor.models.chain", shapes.vshape, {}, "1f1b"),
+    ("tessel_dsl.executor.models.gpt", shapes.mshape, {}, "1f1b+"),
+    ("tessel_dsl.executor.models.gpt", lambda d, **kw: shapes.mshape(d, head=True, **kw), {}, "1f1b+"),
+    ("tessel_dsl.executor.models.encdec", shapes.nnshape, {}, "1f1b+"),
+    ("tessel_dsl.executor.models.encdec", shapes.vshape, {}, "1f1b"),
+    ("tessel_dsl.executor.models.branches", shapes.kshape, {}, "gpipe"),
+    ("tessel_dsl.executor.models.branches", shapes.vshape, {}, "1f1b"),
 ]
 INFER = [
-    ("executor.models.chain", shapes.vshape, {}, "gpipe"),
-    ("executor.models.encdec", shapes.nnshape, {}, "1f1b+"),
-    ("executor.models.encdec", shapes.vshape, {}, "gpipe"),
-    ("executor.models.branches", shapes.kshape, {}, "gpipe"),
-    ("executor.models.branches", shapes.vshape, {}, "gpipe"),
+    ("tessel_dsl.executor.models.chain", shapes.vshape, {}, "gpipe"),
+    ("tessel_dsl.executor.models.encdec", shapes.nnshape, {}, "1f1b+"),
+    ("tessel_dsl.executor.models.encdec", shapes.vshape, {}, "gpipe"),
+    ("tessel_dsl.executor.models.branches", shapes.kshape, {}, "gpipe"),
+    ("tessel_dsl.executor.models.branches", shapes.vshape, {}, "gpipe"),
 ]
 IDS = ["chain-V", "gpt-M", "gpt-M-head", "encdec-NN", "encdec-V", "branches-K", "branches-V"]
 INFER_IDS = ["chain-V", "encdec-NN", "encdec-V", "branches-K", "branches-V"]
@@ -55,14 +55,14 @@ def test_inference_matches_single_process(module, shape, args, schedule, devices
 
 def test_gpt_on_a_plain_chain_carries_embedding_and_head_in_the_end_stages():
     spec = shapes.vshape(2, microbatches=2)
-    report = executor.run(plan_for(spec, "1f1b", 2), "executor.models.gpt:factory", collect=True, grads=True,
+    report = executor.run(plan_for(spec, "1f1b", 2), "tessel_dsl.executor.models.gpt:factory", collect=True, grads=True,
                           timeout=60)
-    check_training(report, "executor.models.gpt", spec, {})
+    check_training(report, "tessel_dsl.executor.models.gpt", spec, {})
 
 
 # Layers that do not divide over 4 stages: encdec's 6 go 2/2/1/1, so F1 holds the last encoder
 # layer and the first decoder layer; branches' 3 go text/vision/cross/none, so F3 only classifies.
-UNEVEN = [("executor.models.encdec", {"layers": 3}), ("executor.models.branches", {"layers": 1, "cross": 1})]
+UNEVEN = [("tessel_dsl.executor.models.encdec", {"layers": 3}), ("tessel_dsl.executor.models.branches", {"layers": 1, "cross": 1})]
 
 
 @pytest.mark.parametrize("mode", [Mode.TRAIN, Mode.INFER], ids=["train", "infer"])
@@ -96,9 +96,9 @@ def test_sections_begin_where_their_first_layer_is():
 def test_model_sizes_are_arguments():
     args = {"hidden": 16, "heads": 2, "layers": 3, "vocab": 101, "seq": 5, "batch": 3}
     spec = shapes.mshape(2, microbatches=2, head=True)
-    report = executor.run(plan_for(spec, "1f1b+", 2), "executor.models.gpt:factory", collect=True, grads=True,
+    report = executor.run(plan_for(spec, "1f1b+", 2), "tessel_dsl.executor.models.gpt:factory", collect=True, grads=True,
                           timeout=60, model_args=args)
-    check_training(report, "executor.models.gpt", spec, args)
+    check_training(report, "tessel_dsl.executor.models.gpt", spec, args)
     shard_rows = sorted(g.shape[0] for n, dim, _s, g in report.grads if n == "embed.weight")
     assert shard_rows == [50, 51]  # 101 vocabulary rows split over two ranks
 
@@ -107,12 +107,12 @@ def test_unknown_model_argument_is_a_clear_error():
     spec = shapes.vshape(2, microbatches=2)
     with pytest.raises(ExecutionError,
                        match="unknown model argument"):
-        executor.run(plan_for(spec, "1f1b", 2), "executor.models.chain:factory", timeout=30,
+        executor.run(plan_for(spec, "1f1b", 2), "tessel_dsl.executor.models.chain:factory", timeout=30,
                      model_args={"widht": 3})
 
 
 def test_two_branch_chain_without_layers_is_a_clear_error():
     spec = shapes.vshape(2, mode=Mode.INFER, microbatches=2)
     with pytest.raises(ExecutionError, match="no layers to split over 2 stages"):
-        executor.run(plan_for(spec, "gpipe", 2), "executor.models.branches:factory", timeout=30,
+        executor.run(plan_for(spec, "gpipe", 2), "tessel_dsl.executor.models.branches:factory", timeout=30,
                      model_args={"layers": 0, "cross": 0})

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from tessel_dsl.baselines import build
+from tessel_dsl.search.baselines import build
 from tessel_dsl.errors import InfeasibleError, TesselError
-from tessel_dsl.optimal import OptimalTimeout, optimal
+from tessel_dsl.search.optimal import OptimalTimeout, optimal
 from tessel_dsl.validate import validate
 
 from .test_baselines import kshape, mshape, nnshape, vshape, xshape
@@ -49,7 +49,7 @@ def test_no_valid_schedule_beats_to(shape, n):
 
 @pytest.mark.parametrize("shape,n", [(vshape, 4), (mshape, 3), (kshape, 3)], ids=["V", "M", "K"])
 def test_tessel_is_never_shorter_than_to(shape, n):
-    search = pytest.importorskip("tessel_dsl.search")
+    search = pytest.importorskip("tessel_dsl.search.driver")
     spec = shape(n=n)
     r = optimal(spec, time_limit=60)
     assert r.info.proven

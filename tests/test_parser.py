@@ -5,7 +5,7 @@ import pytest
 
 from tessel_dsl.errors import SpecError, TslSyntaxError
 from tessel_dsl.ir import Kind, Mode, Tensor
-from tessel_dsl.parser import parse
+from tessel_dsl.lang.parser import parse
 
 HEAD = "devices 4\nmemory 8\n"
 
@@ -100,7 +100,7 @@ def test_include_is_relative_to_the_including_file(tmp_path):
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "s.tsl").write_text("shape one(t):\n    forward X on 0 time t\n")
     (tmp_path / "m.tsl").write_text('include "lib/s.tsl"\n' + HEAD + "use one(5)\n")
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     spec = parse_file(tmp_path / "m.tsl")
     assert spec.block("X").time == 5 and spec.name == "m"

@@ -11,8 +11,8 @@ import pytest
 from tessel_dsl.analysis import max_inflight
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Kind
-from tessel_dsl.parser import parse
-from tessel_dsl.profile import Measurement, apply_measurements, measurements_from_run, nice_floor, spec_to_tsl
+from tessel_dsl.lang.parser import parse
+from tessel_dsl.interop.profile import Measurement, apply_measurements, measurements_from_run, nice_floor, spec_to_tsl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def factory(ctx, hidden: int = 32, batch: int = 16, wide: int = 1):
     """Test model: F_k is Linear+Tanh (F1 `wide` times wider inside); the last block returns MSE."""
     import torch
 
-    from executor.model_api import TensorMeta, forward_preds, forward_succs
+    from tessel_dsl.executor.model_api import TensorMeta, forward_preds, forward_succs
 
     spec = ctx.spec
 
@@ -154,7 +154,7 @@ def test_shipped_spec_with_tensors_and_expectations_round_trips():
     path = ROOT / "specs" / "mshape.tsl"
     if not path.exists():
         pytest.skip("specs/mshape.tsl not present")
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     spec = parse_file(path)
     back = parse(spec_to_tsl(spec))
@@ -175,7 +175,7 @@ def test_profiled_spec_with_physical_units_round_trips():
 
 def test_measure_times_and_activations_on_this_device():
     pytest.importorskip("torch")
-    from executor.profile import measure
+    from tessel_dsl.executor.profile import measure
 
     found = measure(parse(CHAIN), factory, device="cpu", repeats=3, warmup=1, model_args={"wide": 8})
     by = {m.block: m for m in found}
@@ -190,7 +190,7 @@ def test_measure_times_and_activations_on_this_device():
 
 def test_inference_measures_forward_only():
     pytest.importorskip("torch")
-    from executor.profile import measure
+    from tessel_dsl.executor.profile import measure
 
     spec = parse(CHAIN.replace("mode train", "mode infer"))
     found = measure(spec, factory, device="cpu", repeats=2, warmup=0)
@@ -202,7 +202,7 @@ def test_inference_measures_forward_only():
 
 def test_model_errors_are_tessel_errors():
     pytest.importorskip("torch")
-    from executor.profile import measure
+    from tessel_dsl.executor.profile import measure
 
     with pytest.raises(TesselError, match="MODULE:FACTORY"):
         measure(parse(CHAIN), "no_colon_here", device="cpu")
@@ -300,7 +300,7 @@ def test_measure_on_cuda_uses_events_and_counts_activations():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from executor.profile import measure
+    from tessel_dsl.executor.profile import measure
 
     found = measure(parse(CHAIN), factory, device="cuda", repeats=5, warmup=2, model_args={"hidden": 512, "wide": 4})
     assert all(m.device.startswith("cuda") and m.forward > 0 and m.backward > 0 for m in found)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.completion import cooldown_blocks, solve_cooldown, solve_warmup, warmup_blocks
-from tessel_dsl.modulo import solve_period
-from tessel_dsl.repetend import (Counters, Shape, cyclic_bound_ok, entry_memory, iter_offsets, nr_limit,
+from tessel_dsl.search.completion import cooldown_blocks, solve_cooldown, solve_warmup, warmup_blocks
+from tessel_dsl.search.modulo import solve_period
+from tessel_dsl.search.repetend import (Counters, Shape, cyclic_bound_ok, entry_memory, iter_offsets, nr_limit,
                                  solve_candidate)
 from tests.helpers import vshape
 
@@ -78,7 +78,7 @@ def test_warmup_and_cooldown_sets_and_memory():
 
 def test_nr_limit_is_block_level_for_xshape():
     from tessel_dsl.analysis import max_inflight
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     spec = parse_file(SPECS / "xshape.tsl")
     assert max_inflight(spec) == 2  # both chains' activations charged to every micro-batch
@@ -89,8 +89,8 @@ def test_nr_limit_is_block_level_for_xshape():
 def test_xshape_needs_more_than_max_inflight(method):
     import importlib
 
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     spec = parse_file(SPECS / "xshape.tsl")
-    result = importlib.import_module("tessel_dsl.search").search(spec, method=method, microbatches=8)
+    result = importlib.import_module("tessel_dsl.search.driver").search(spec, method=method, microbatches=8)
     assert result.info.period == 8 and result.info.nr > 2

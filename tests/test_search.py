@@ -11,7 +11,7 @@ from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
 from tessel_dsl.validate import validate
 from tests.helpers import one_f_one_b, vshape
 
-search_mod = importlib.import_module("tessel_dsl.search")
+search_mod = importlib.import_module("tessel_dsl.search.driver")
 search = search_mod.search
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -33,7 +33,7 @@ def test_vshape_equals_1f1b_for_every_n(devices, method):
     spec = vshape(devices=devices, memory=devices, fwd=1, bwd=3, microbatches=devices)
     result = search(spec, method=method)
     assert result.info.period == 4 and result.info.nr == devices
-    extend = importlib.import_module("tessel_dsl.extend").extend
+    extend = importlib.import_module("tessel_dsl.search.extend").extend
     for n in list(range(devices, 12)) + [33, 100]:
         sched = extend(spec, result.schedule, n)
         assert sched.makespan(spec) == (n + devices - 1) * 4 == one_f_one_b(spec, n).makespan(spec)
@@ -49,7 +49,7 @@ def test_vshape_uneven_costs_match_1f1b():
 @pytest.mark.parametrize("shape", ["vshape", "xshape", "mshape", "nnshape", "kshape"])
 @pytest.mark.parametrize("mode", ["train", "infer"])
 def test_paper_placements_reach_the_lower_bound(shape, mode):
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     spec = parse_file(SPECS / f"{shape}.tsl", mode=mode)
     result = search(spec, microbatches=24)
@@ -69,7 +69,7 @@ def test_methods_and_solvers_agree_on_small_specs():
 
 
 def test_time_limit_returns_a_valid_unproven_schedule():
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     spec = parse_file(SPECS / "nnshape.tsl", sets={"D": "8"})  # its periods take seconds to settle
     result = search(spec, time_limit=0.01, microbatches=10)
@@ -85,7 +85,7 @@ def test_small_n_is_solved_directly_and_keeps_the_repetend():
     assert result.schedule.microbatches == 2 and result.info.nr == 3
     assert "directly" in result.info.note
     assert result.schedule.makespan(spec) == one_f_one_b(spec, 2).makespan(spec)
-    extend = importlib.import_module("tessel_dsl.extend").extend
+    extend = importlib.import_module("tessel_dsl.search.extend").extend
     assert extend(spec, result.schedule, 9).makespan(spec) == (9 + 2) * 4
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.parser import parse_file
-from tessel_dsl.search import search
+from tessel_dsl.lang.parser import parse_file
+from tessel_dsl.search.driver import search
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.baselines import build
-from tessel_dsl.modulo import cut_block, solve_period
-from tessel_dsl.parser import parse_file
-from tessel_dsl.refine import best_baseline, refine_ends
-from tessel_dsl.repetend import repetend_problem
-from tessel_dsl.solvers import Objective, solve
+from tessel_dsl.search.baselines import build
+from tessel_dsl.search.modulo import cut_block, solve_period
+from tessel_dsl.lang.parser import parse_file
+from tessel_dsl.search.refine import best_baseline, refine_ends
+from tessel_dsl.search.repetend import repetend_problem
+from tessel_dsl.search.solvers import Objective, solve
 from tessel_dsl.validate import validate
 from tests.helpers import vshape
 
-search_mod = importlib.import_module("tessel_dsl.search")
+search_mod = importlib.import_module("tessel_dsl.search.driver")
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
@@ -85,7 +85,7 @@ def test_best_baseline_only_when_strictly_shorter_and_within_memory():
 def test_end_resolve_reaches_the_optimum_at_small_n(name, n, optimum):
     spec = _spec(name, 4)
     parts_only = search_mod.search(spec, microbatches=n + 20)
-    extended = importlib.import_module("tessel_dsl.extend").extend(spec, parts_only.schedule, n)
+    extended = importlib.import_module("tessel_dsl.search.extend").extend(spec, parts_only.schedule, n)
     assert extended.makespan(spec) > optimum  # the joins of warmup, repetend and cooldown leave gaps
     refined, better = refine_ends(spec, extended, solver="cpsat", time_limit=None)
     assert better and refined.makespan(spec) == optimum
@@ -97,7 +97,9 @@ def test_end_resolve_skips_the_solver_when_already_at_the_bound(monkeypatch):
     # 1F1B on a V-shape meets head + work + tail on the last device: nothing to re-solve.
     spec = vshape(devices=4, memory=4, fwd=1, bwd=3, microbatches=8)
     sched = build(spec, "1f1b", 8)
-    monkeypatch.setattr("tessel_dsl.refine.solve", lambda *a, **k: pytest.fail("solver called"))
+    from tessel_dsl.search import refine
+
+    monkeypatch.setattr(refine, "solve", lambda *a, **k: pytest.fail("solver called"))
     assert refine_ends(spec, sched, solver="cpsat", time_limit=None) == (sched, False)
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from simulator import simulate
+from tessel_dsl.simulator import simulate
 from tessel_dsl.errors import SimulationError
 from tessel_dsl.ir import Block, Edge, Kind, Spec
 from tessel_dsl.lower import lower
@@ -69,7 +69,7 @@ def test_memory_overflow_is_reported_with_time_device_action():
     orders = []
     for d in range(3):
         orders.append([(f"F{d}", mb) for mb in range(3)] + [(f"B{d}", mb) for mb in range(3)])
-    from tessel_dsl.compact import compact
+    from tessel_dsl.search.compact import compact
 
     sch = Schedule(3, compact(spec, orders=orders))
     report = simulate((spec, lower(spec, sch), sch))
@@ -123,7 +123,7 @@ def test_report_json_is_plain_and_stable():
 
 
 def test_steady_period_of_a_shifted_pattern():
-    from simulator.metrics import steady_period
+    from tessel_dsl.simulator.metrics import steady_period
 
     starts = {("A", mb): 10.0 + 4 * mb for mb in range(20)}
     starts[("A", 0)] = 0.0  # warmup irregularity is ignored

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import simulate
+from tessel_dsl.simulator import simulate
 from tessel_dsl.errors import SimulationError
 from tessel_dsl.lower import lower
 from tessel_dsl.program import Action, Op, Program

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import simulate
-from tessel_dsl import baselines
+from tessel_dsl.simulator import simulate
+from tessel_dsl.search import baselines
 from tessel_dsl.errors import SimulationError
 from tessel_dsl.ir import Block, Edge, Kind, Link, Spec, Tensor
 from tessel_dsl.lower import lower
-from tessel_dsl.parser import parse_file
+from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.plan import make_plan
 from tessel_dsl.schedule import Schedule, Slot
 

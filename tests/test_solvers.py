@@ -6,7 +6,7 @@ import random
 import pytest
 
 from tessel_dsl.errors import TesselError
-from tessel_dsl.solvers import Objective, Precedence, Problem, Task, makespan_lower_bound, resolve, solve
+from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, makespan_lower_bound, resolve, solve
 
 BACKENDS = ("cpsat", "z3")
 
@@ -157,7 +157,7 @@ def test_makespan_lower_bound_ignores_cyclic_precedences():
 
 
 def test_z3_optimize_mode_matches_bisect():
-    from tessel_dsl.solvers.z3 import solve as z3_solve
+    from tessel_dsl.search.solvers.z3 import solve as z3_solve
 
     p = chain_problem(capacity=2)
     assert z3_solve(p, Objective.MAKESPAN, mode="optimize").objective == z3_solve(p).objective == 10

@@ -9,7 +9,7 @@ import pytest
 from tessel_dsl.analysis import busy_time, lower_bound, microbatch_memory
 from tessel_dsl.errors import SpecError, TslSyntaxError
 from tessel_dsl.ir import Kind, Mode
-from tessel_dsl.parser import parse_file
+from tessel_dsl.lang.parser import parse_file
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SHIPPED = sorted(p.name for p in SPECS.glob("*.tsl"))
@@ -187,7 +187,7 @@ def test_written_out_mshape_in_the_docs_equals_the_derived_one():
     """The language tour's first example spells out what `use mshape` + `derive` produce."""
     import re
 
-    from tessel_dsl.parser import parse
+    from tessel_dsl.lang.parser import parse
 
     readme = (SPECS.parent / "README.md").read_text()
     tour = readme[readme.index("## The `.tsl` language: a tour"):]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.compact import compact
+from tessel_dsl.search.compact import compact
 from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
 from tessel_dsl.plan import make_plan
 from tessel_dsl.schedule import Schedule
-from tessel_dsl.torch_csv import (
+from tessel_dsl.interop.torch_csv import (
     TorchCsvError,
     compute_rows,
     export_torch_csv,
@@ -287,8 +287,8 @@ def test_pytorch_runtime_matches_single_process(tmp_path, ranks, split, fmt):
 def test_pytorch_runtime_runs_searched_plans_of_shipped_specs(tmp_path, name, fmt):
     """Tessel's own schedules for the shipped specs (D=2), run by PyTorch, match one process."""
     pytest.importorskip("torch")
-    from tessel_dsl.parser import parse_file
-    from tessel_dsl.search import search
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.search.driver import search
 
     n = 4
     spec = parse_file(SPECS / f"{name}.tsl", sets={"D": "2"})
@@ -306,7 +306,7 @@ def test_pytorch_runtime_runs_searched_plans_of_shipped_specs(tmp_path, name, fm
     ("xshape", "2 separate chains"),
 ])
 def test_shipped_specs_pytorch_cannot_express(name, why):
-    from tessel_dsl.parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     with pytest.raises(TorchCsvError, match="cannot be expressed") as info:
         stage_map(parse_file(SPECS / f"{name}.tsl"))

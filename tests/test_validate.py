@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tessel_dsl.compact import compact
+from tessel_dsl.search.compact import compact
 from tessel_dsl.errors import ScheduleError
 from tessel_dsl.schedule import Schedule, Slot
 from tessel_dsl.validate import validate

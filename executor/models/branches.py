@@ -31,8 +31,8 @@ from torch import nn
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
-from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds, forward_succs
-from .common import (BlockStage, Fn, ModelConfig, ResidualMLP, TransformerLayer, batch_cache, chain_layers,
+from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds, forward_succs
+from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, ResidualMLP, TransformerLayer, batch_cache, chain_layers,
                      copy_to_group, forward_blocks, full_shards, mb_generator, plain_chain, reduce_from_group,
                      scale_init, section_starts, seeded, shard_range, stage_layers)
 

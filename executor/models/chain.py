@@ -14,8 +14,8 @@ from torch import nn
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
-from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from .common import BlockStage, Fn, ModelConfig, ResidualMLP, forward_blocks, mb_generator, seeded, stage_layers
+from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
+from tessel_dsl.executor.models.common import BlockStage, Fn, ModelConfig, ResidualMLP, forward_blocks, mb_generator, seeded, stage_layers
 
 
 @dataclass(frozen=True)

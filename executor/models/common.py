@@ -23,7 +23,7 @@ from torch import nn
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Spec
 
-from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
+from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
 
 DTYPES = {"f32": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 

@@ -28,8 +28,8 @@ from torch import nn
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
-from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from .common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, chain_layers,
+from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
+from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, chain_layers,
                      forward_blocks, full_shards, lm_loss, mb_generator, plain_chain, scale_init, seeded,
                      shard_range, stage_layers)
 

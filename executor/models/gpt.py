@@ -23,8 +23,8 @@ from torch import nn
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Spec
 
-from ..model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from .common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, copy_to_group,
+from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
+from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, copy_to_group,
                      forward_blocks, full_shards, lm_loss, mb_generator, scale_init, seeded, shard_range,
                      stage_layers, vocab_parallel_cross_entropy)
 

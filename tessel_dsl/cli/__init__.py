@@ -8,8 +8,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-from ..errors import TesselError
-from .app import app, err_console
+from tessel_dsl.errors import TesselError
+from tessel_dsl.cli.app import app, err_console
 
 # Verb modules register their commands on `app` when imported.
 _VERBS = ("check", "search", "compare", "simulate", "harness", "run", "export", "profile")

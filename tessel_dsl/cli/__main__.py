@@ -1,3 +1,3 @@
-from . import main
+from tessel_dsl.cli import main
 
 main()

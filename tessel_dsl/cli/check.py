@@ -11,12 +11,12 @@ from typing import Optional
 
 import typer
 
-from .app import app, console, parse_sets
+from tessel_dsl.cli.app import app, console, parse_sets
 
 
 def summarize(spec) -> dict:
     """The numbers `tessel check` reports, as plain data (the `--json` output)."""
-    from ..analysis import busy_time, lower_bound, max_inflight, microbatch_memory, resident_memory
+    from tessel_dsl.analysis import busy_time, lower_bound, max_inflight, microbatch_memory, resident_memory
 
     return {
         "name": spec.name,
@@ -87,7 +87,7 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (nothing else on stdout)."),
 ) -> None:
     """Parse and check a spec; print blocks per device, busy time, lower bound and memory."""
-    from ..parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     if mode is not None and mode not in ("train", "infer"):
         raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")

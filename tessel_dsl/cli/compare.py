@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
 def _pct(x: float | None) -> str:
@@ -64,7 +64,7 @@ def render_rows(title: str, rows) -> list:
 def _render_table3(rows):
     from rich.table import Table
 
-    from ..baselines.table3 import COLUMNS
+    from tessel_dsl.report.table3 import COLUMNS
 
     table = Table(title="Table 3: steady-state bubble rate of training schedules (measured / paper)",
                   title_justify="left", header_style="bold")
@@ -88,14 +88,14 @@ def _render_table3(rows):
 def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
     """(spec, given schedules) from a .tsl spec or a plan file."""
     if path.suffix == ".json":
-        from ..plan import load_plan
+        from tessel_dsl.plan import load_plan
 
         if sets or mode:
             raise typer.BadParameter("--set and --mode apply to a .tsl spec, not to a plan file",
                                      param_hint="--set/--mode")
         plan = load_plan(path)
         return plan.spec, ((f"plan:{plan.schedule.name}", plan.schedule),)
-    from ..parser import parse_file
+    from tessel_dsl.lang.parser import parse_file
 
     return parse_file(path, sets=sets or None, mode=mode), ()
 
@@ -119,8 +119,8 @@ def compare(
     specs_dir: Path = typer.Option(Path("specs"), "--specs-dir", help="Where --table3 finds the shipped specs."),
 ) -> None:
     """Makespan, bubble, steady-state period and peak memory of each schedule, side by side."""
-    from ..baselines.compare import SCHEDULES
-    from ..baselines.compare import compare as run_compare
+    from tessel_dsl.search.baselines.compare import SCHEDULES
+    from tessel_dsl.search.baselines.compare import compare as run_compare
 
     overrides = parse_sets(sets)
     if mode is not None and mode not in ("train", "infer"):
@@ -131,7 +131,7 @@ def compare(
         raise typer.BadParameter(f"unknown schedule {unknown[0]!r} (choose from {', '.join(SCHEDULES)})",
                                  param_hint="--schedule")
     if table3:
-        from ..baselines.table3 import table3 as run_table3
+        from tessel_dsl.report.table3 import table3 as run_table3
 
         with err_console.status("measuring Table 3 (Tessel searches included)..."):
             rows3 = run_table3(specs_dir, solver=solver, time_limit=time_limit or 120.0)
@@ -158,7 +158,7 @@ def compare(
                                "memory": spec.memory, "mode": spec.mode.value,
                                "rows": [asdict(r) for r in rows]})
             continue
-        from ..analysis import lower_bound
+        from tessel_dsl.analysis import lower_bound
 
         title = (f"{spec.name} ({path}): D={spec.devices}, M={spec.memory}, {spec.mode.value}, "
                  f"lower bound {lower_bound(spec)} per micro-batch")

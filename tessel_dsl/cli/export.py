@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
 class ExportFormat(str, Enum):
@@ -24,8 +24,8 @@ def export(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
 ) -> None:
     """Export a plan for another runtime (PyTorch's `_PipelineScheduleRuntime._load_csv`)."""
-    from ..plan import load_plan
-    from ..torch_csv import export_torch_csv
+    from tessel_dsl.plan import load_plan
+    from tessel_dsl.interop.torch_csv import export_torch_csv
 
     loaded = load_plan(plan)
     text = export_torch_csv(loaded, output, comms=comms)
@@ -46,8 +46,8 @@ def import_(
     blocking: bool = typer.Option(False, "--blocking", help="Lower with blocking send/recv."),
 ) -> None:
     """Read a PyTorch CSV schedule back as a plan, so `simulate` and `compare` can judge it."""
-    from ..plan import SearchInfo, load_plan, make_plan, save_plan
-    from ..torch_csv import schedule_from_csv
+    from tessel_dsl.plan import SearchInfo, load_plan, make_plan, save_plan
+    from tessel_dsl.interop.torch_csv import schedule_from_csv
 
     overrides = parse_sets(sets)
     if spec.suffix == ".json":
@@ -55,7 +55,7 @@ def import_(
             raise typer.BadParameter("--set needs a .tsl spec, not a plan", param_hint="--set")
         the_spec = load_plan(spec).spec
     else:
-        from ..parser import parse_file
+        from tessel_dsl.lang.parser import parse_file
 
         the_spec = parse_file(spec, sets=overrides or None)
     schedule = schedule_from_csv(the_spec, csv, name=name)

@@ -8,8 +8,8 @@ from xml.sax.saxutils import quoteattr, escape
 
 import typer
 
-from ..errors import TesselError
-from .app import app, console, err_console, parse_sets
+from tessel_dsl.errors import TesselError
+from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
 def junit_xml(results: list[tuple[str, object]], errors: list[tuple[str, str]], seconds: float) -> str:
@@ -50,9 +50,9 @@ def test_specs(
     from rich.markup import escape as mescape
     from rich.table import Table
 
-    from ..expect import check_expectations, format_value, spec_files
-    from ..parser import parse_file
-    from ..fileio import write_text_atomic
+    from tessel_dsl.tools.expect import check_expectations, format_value, spec_files
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.fileio import write_text_atomic
 
     if mode is not None and mode not in ("train", "infer"):
         raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")

@@ -6,11 +6,11 @@ from typing import Optional
 
 import typer
 
-from .app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
 def _bytes(text: str) -> int:
-    from ..units import MEMORY_UNITS
+    from tessel_dsl.units import MEMORY_UNITS
 
     import re
 
@@ -21,7 +21,7 @@ def _bytes(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    from ..units import TIME_UNITS
+    from tessel_dsl.units import TIME_UNITS
 
     import re
 
@@ -39,7 +39,7 @@ def _fmt_s(x: float | None) -> str:
 def profile(
     spec: Path = typer.Argument(..., help="The spec (.tsl) whose blocks the model implements."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="Model factory as MODULE:FACTORY (see executor.model_api)."),
+                                        help="Model factory as MODULE:FACTORY (see tessel_dsl.executor.model_api)."),
     from_run: Optional[Path] = typer.Option(
         None, "--from-run", help="Take block times from a run's JSON summary (`tessel run --json`, key "
                                  "block_seconds) instead of measuring: times multi-device blocks too."),
@@ -56,9 +56,9 @@ def profile(
 ) -> None:
     """Time each block's forward and backward and measure its activations on this device, or take
     the block times of a pipelined run (--from-run)."""
-    from ..parser import parse_file
-    from ..profile import apply_measurements, spec_to_tsl
-    from ..fileio import write_text_atomic
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.interop.profile import apply_measurements, spec_to_tsl
+    from tessel_dsl.fileio import write_text_atomic
 
     if (model is None) == (from_run is None):
         raise typer.BadParameter("give either --model (measure here) or --from-run (times of a run)",
@@ -80,9 +80,9 @@ def profile(
             err_console.print(f"wrote {output}", highlight=False)
         return
     try:
-        from executor.profile import measure
+        from tessel_dsl.executor.profile import measure
     except ImportError as e:
-        from ..errors import TesselError
+        from tessel_dsl.errors import TesselError
 
         raise TesselError(f"tessel profile needs torch ({e}); install it with: pip install 'tessel-dsl[torch]'") from None
 
@@ -101,8 +101,8 @@ def _from_run(spec, path: Path, key: str | None):
     """Measurements from the ``block_seconds`` of a run summary (or of entry `key` in a file of them)."""
     import json
 
-    from ..errors import TesselError
-    from ..profile import measurements_from_run
+    from tessel_dsl.errors import TesselError
+    from tessel_dsl.interop.profile import measurements_from_run
 
     try:
         data = json.loads(path.read_text())

@@ -8,16 +8,16 @@ from typing import Optional
 
 import typer
 
-from .app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
 def _plan_for(target: Path, set_: list[str] | None, microbatches: Optional[int], blocking: bool):
     """A plan from a .tsl spec (parsed and searched here) or a plan file (re-lowered if needed)."""
-    from ..plan import Plan, load_plan, make_plan
+    from tessel_dsl.plan import Plan, load_plan, make_plan
 
     if target.suffix == ".tsl":
-        from ..parser import parse_file
-        from ..search import search
+        from tessel_dsl.lang.parser import parse_file
+        from tessel_dsl.search.driver import search
 
         spec = parse_file(target, sets=parse_sets(set_) or None)
         result = search(spec, microbatches=microbatches)
@@ -25,12 +25,12 @@ def _plan_for(target: Path, set_: list[str] | None, microbatches: Optional[int],
     plan = load_plan(target)
     sched = plan.schedule
     if microbatches is not None and microbatches != sched.microbatches:
-        from ..extend import extend
+        from tessel_dsl.search.extend import extend
 
         sched = extend(plan.spec, sched, microbatches, name=sched.name)
     have_blocking = bool(plan.programs) and plan.programs[0].blocking
     if sched is not plan.schedule or have_blocking != blocking or not plan.programs:
-        from ..lower import lower
+        from tessel_dsl.lower import lower
 
         plan = Plan(plan.spec, sched, lower(plan.spec, sched, blocking=blocking), plan.search,
                     sched.peak_memory(plan.spec))
@@ -54,9 +54,9 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Run a plan on real devices: one process per device, NCCL on GPUs, gloo on CPUs."""
-    import executor
-    from executor.models.common import parse_model_args
-    from executor.trace import write_trace
+    import tessel_dsl.executor as executor
+    from tessel_dsl.executor.models.common import parse_model_args
+    from tessel_dsl.executor.trace import write_trace
 
     if backend not in (None, "gloo", "nccl"):
         raise typer.BadParameter("use gloo or nccl", param_hint="--backend")

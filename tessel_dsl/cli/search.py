@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
 def summary(spec, plan) -> dict:
@@ -80,11 +80,11 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (nothing else on stdout)."),
 ) -> None:
     """Search a Tessel schedule (repetend + warmup/cooldown) and write the plan."""
-    from ..parser import parse_file
-    from ..plan import make_plan, save_plan
-    from ..progress import LiveProgress
-    from ..search import METHODS, search as run_search
-    from ..solvers import SOLVERS
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.plan import make_plan, save_plan
+    from tessel_dsl.cli.progress import LiveProgress
+    from tessel_dsl.search.driver import METHODS, search as run_search
+    from tessel_dsl.search.solvers import SOLVERS
 
     if mode is not None and mode not in ("train", "infer"):
         raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")

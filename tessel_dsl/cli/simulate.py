@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
 def parse_ratio(text: str, option: str) -> float:
@@ -25,7 +25,7 @@ def parse_ratio(text: str, option: str) -> float:
 def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], mode: str | None,
                 blocking: bool | None, time_limit: float | None = None):
     """A Plan from a plan file (re-extended to `microbatches` if asked) or from a spec (searched)."""
-    from ..plan import load_plan, make_plan
+    from tessel_dsl.plan import load_plan, make_plan
 
     if path.suffix == ".json":
         if sets or mode:
@@ -33,20 +33,20 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
                                      param_hint="--set/--mode")
         plan = load_plan(path)
         if microbatches is not None and microbatches != plan.schedule.microbatches:
-            from .. import search as search_mod
+            from tessel_dsl.search import driver as search_mod
 
             reextend = getattr(search_mod, "reextend", None)
             if reextend is not None:  # also handles N below the repetend's N_R
                 schedule = reextend(plan.spec, plan.schedule, microbatches)
             else:
-                from ..extend import extend
+                from tessel_dsl.search.extend import extend
 
                 schedule = extend(plan.spec, plan.schedule, microbatches, name=plan.schedule.name)
             keep = plan.programs[0].blocking if plan.programs else False
             plan = make_plan(plan.spec, schedule, plan.search, blocking=keep if blocking is None else blocking)
         return plan
-    from ..parser import parse_file
-    from ..search import search
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.search.driver import search
 
     spec = parse_file(path, sets=sets or None, mode=mode)
     with err_console.status(f"searching a schedule for {spec.name}...") as status:
@@ -87,12 +87,12 @@ def simulate(
     from rich.console import Console
     from rich.markup import escape
 
-    from simulator import simulate as run_simulation
-    from simulator import summary_table
+    from tessel_dsl.simulator import simulate as run_simulation
+    from tessel_dsl.simulator import summary_table
 
-    from ..ir import Link
-    from ..timeline import from_rows, render, write_svg
-    from ..trace import compute_spans, transfer_spans, write_trace
+    from tessel_dsl.ir import Link
+    from tessel_dsl.report.timeline import from_rows, render, write_svg
+    from tessel_dsl.report.trace import compute_spans, transfer_spans, write_trace
 
     bubble_limit = parse_ratio(max_bubble, "--max-bubble") if max_bubble is not None else None
     if mode is not None and mode not in ("train", "infer"):

@@ -1,0 +1,1 @@
+"""Other formats in and out: PyTorch's pipeline CSV schedules, and `.tsl` with profiled costs."""

@@ -1,0 +1,151 @@
+"""Semantic checks of an instantiated `Spec`, all problems collected into one `SpecError`.
+
+Works on any Spec, whether parsed from text or built in Python, and never relies on the spec
+being well-formed: unknown names and cycles are found here before anything walks the graph.
+
+Codes: ``bad-devices``, ``bad-memory``, ``bad-microbatches``, ``duplicate-name``, ``empty-devices``,
+``device-range``, ``duplicate-device``, ``non-positive-time``, ``missing-forward``,
+``unknown-name``, ``cycle``, ``memory-infeasible``, ``unknown-metric``, ``bad-expect``.
+"""
+from __future__ import annotations
+
+from tessel_dsl.analysis import microbatch_memory
+from tessel_dsl.errors import Diagnostic, SpecError
+from tessel_dsl.ir import Kind, Spec
+
+METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
+OPS = ("<", "<=", "==", "!=", ">=", ">")
+
+
+def check(spec: Spec) -> Spec:
+    """Return `spec` unchanged if it is sound, else raise one SpecError listing every problem."""
+    found = diagnose(spec)
+    if found:
+        raise SpecError(found)
+    return spec
+
+
+def diagnose(spec: Spec) -> list[Diagnostic]:
+    """Every semantic problem of `spec`, in a stable order (empty when the spec is sound)."""
+    out: list[Diagnostic] = []
+    if spec.devices < 1:
+        out.append(Diagnostic("bad-devices", f"a placement needs at least one device, got {spec.devices}"))
+    if spec.memory < 0:
+        out.append(Diagnostic("bad-memory", f"memory capacity must not be negative, got {spec.memory}"))
+    if spec.microbatches < 1:
+        out.append(Diagnostic("bad-microbatches", f"micro-batch count must be at least 1, got {spec.microbatches}"))
+    if not spec.blocks:
+        out.append(Diagnostic("no-blocks", "the placement declares no blocks"))
+    out += _blocks(spec)
+    names = {b.name for b in spec.blocks}
+    for e in spec.edges:
+        for end in (e.src, e.dst):
+            if end not in names:
+                out.append(Diagnostic("unknown-name", f"dependency {e.src} -> {e.dst} names "
+                                      f"{end}, which is not a block{_suggest(end, names)}", e.span))
+    structural = bool(out)
+    cycle = _find_cycle(spec) if not any(d.code == "unknown-name" for d in out) else None
+    if cycle:
+        first = next((e for e in spec.edges if e.src == cycle[0] and e.dst == cycle[1]), None)
+        out.append(Diagnostic("cycle", "dependency cycle: " + " -> ".join(cycle),
+                              first.span if first else None))
+    out += _expectations(spec)
+    if not structural and not cycle:
+        out += _memory(spec)
+    return out
+
+
+def _blocks(spec: Spec) -> list[Diagnostic]:
+    out = []
+    seen: dict[str, object] = {}
+    by_name = {}
+    for b in spec.blocks:
+        by_name.setdefault(b.name, b)
+    for b in spec.blocks:
+        if b.name in seen:
+            where = f" (first at {seen[b.name]})" if seen[b.name] else ""
+            out.append(Diagnostic("duplicate-name", f"block {b.name} is declared twice{where}", b.span))
+        seen.setdefault(b.name, b.span)
+        if not b.devices:
+            out.append(Diagnostic("empty-devices", f"block {b.name} runs on no device", b.span))
+        bad = [d for d in b.devices if not 0 <= d < spec.devices]
+        if bad:
+            out.append(Diagnostic("device-range", f"block {b.name} is placed on device "
+                                  f"{', '.join(map(str, bad))}, but devices are 0..{spec.devices - 1}", b.span))
+        if len(set(b.devices)) != len(b.devices):
+            out.append(Diagnostic("duplicate-device", f"block {b.name} lists a device twice: "
+                                  f"{list(b.devices)}", b.span))
+        if b.time <= 0:
+            out.append(Diagnostic("non-positive-time", f"block {b.name} takes time {b.time}; "
+                                  "every block needs a positive time", b.span))
+        if b.kind.is_backward:
+            f = by_name.get(b.forward) if b.forward else None
+            if f is None or f.kind is not Kind.FORWARD:
+                what = (f"names {b.forward}, which is not a forward block" if b.forward
+                        else "has no forward block")
+                out.append(Diagnostic("missing-forward", f"{b.kind.value} block {b.name} {what}", b.span))
+    return out
+
+
+def _find_cycle(spec: Spec) -> list[str] | None:
+    """One dependency cycle as a closed path (first name repeated at the end), or None."""
+    succ: dict[str, list[str]] = {b.name: [] for b in spec.blocks}
+    for e in spec.edges:
+        succ.setdefault(e.src, []).append(e.dst)
+    color: dict[str, int] = {}
+    for root in succ:
+        if color.get(root):
+            continue
+        stack = [(root, iter(succ[root]))]
+        path = [root]
+        color[root] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                color[node] = 2
+                stack.pop()
+                path.pop()
+            elif color.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif not color.get(nxt):
+                color[nxt] = 1
+                stack.append((nxt, iter(succ.get(nxt, []))))
+                path.append(nxt)
+    return None
+
+
+def _memory(spec: Spec) -> list[Diagnostic]:
+    out = []
+    need = microbatch_memory(spec)
+    for d, n in enumerate(need):
+        if n > spec.memory:
+            out.append(Diagnostic("memory-infeasible", f"one micro-batch needs {n} memory on device {d}, "
+                                  f"but each device has {spec.memory} (over by {n - spec.memory}); no "
+                                  "schedule can fit it", _first_span_on(spec, d)))
+    return out
+
+
+def _first_span_on(spec: Spec, device: int):
+    return next((b.span for b in spec.blocks if device in b.devices and b.span), None)
+
+
+def _expectations(spec: Spec) -> list[Diagnostic]:
+    out = []
+    for x in spec.expectations:
+        if x.metric not in METRICS:
+            out.append(Diagnostic("unknown-metric", f"cannot expect `{x.metric}`: metrics are "
+                                  f"{', '.join(METRICS)}", x.span))
+        elif x.op not in OPS:
+            out.append(Diagnostic("bad-expect", f"unknown comparison {x.op!r}", x.span))
+        elif isinstance(x.value, str) and x.value not in ("M", "lower_bound"):
+            out.append(Diagnostic("bad-expect", f"unknown symbol {x.value!r} (use a number, M or "
+                                  "lower_bound)", x.span))
+    return out
+
+
+def _suggest(name: str, names: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""

@@ -1,0 +1,88 @@
+"""Derived backward blocks (training) and the inference projection of a placement.
+
+Naming rule for a derived backward block, in order:
+
+1. the forward block's own ``grad NAME`` option;
+2. a forward named ``F<rest>`` (with a non-empty rest) gets ``B<rest>``: F0 -> B0, F12 -> B12;
+3. any other forward gets its name plus ``B``: E -> EB, E1 -> E1B, J -> JB, G0 -> G0B.
+
+Its time is the forward's time times the ratio of ``derive backward time 3x`` (default 2x), unless
+the forward says ``grad time T`` (absolute) or ``grad time Rx`` (its own ratio). Its memory delta
+releases what the forward allocated (minus the forward's delta); it runs on the same devices.
+
+Derived edges mirror the forward graph: every forward edge a -> b gives b' -> a', and every forward
+sink (a forward block with no forward successor) gets an edge to its own backward. A forward block
+that already has a backward-like block written out (``backward B0 of F0 ...``) is not derived, and
+edges between two written-out blocks are left to the user.
+"""
+from __future__ import annotations
+
+from tessel_dsl.errors import Diagnostic
+from tessel_dsl.ir import Block, Edge, Kind
+from tessel_dsl.units import round_units
+
+
+def backward_name(forward: str, explicit: str | None = None) -> str:
+    """The predictable name of the derived backward of `forward` (see the module docstring)."""
+    if explicit:
+        return explicit
+    if forward.startswith("F") and len(forward) > 1:
+        return "B" + forward[1:]
+    return forward + "B"
+
+
+def derive_backward(blocks: list[Block], edges: list[Edge], ratio: tuple[str, float],
+                    options: dict, diags: list[Diagnostic]) -> tuple[list[Block], list[Edge]]:
+    """Add the mirrored backward blocks and edges; `options` maps forward name -> ForwardOptions."""
+    names = {b.name for b in blocks}
+    written: dict[str, str] = {}  # forward -> its written-out backward (input-grad preferred)
+    for b in blocks:
+        if b.kind.is_backward and b.forward and b.kind is not Kind.WEIGHT_GRAD:
+            written.setdefault(b.forward, b.name)
+    derived: dict[str, str] = {}
+    new_blocks = list(blocks)
+    for f in reversed(blocks):  # backward runs in reverse, so list it that way too
+        if f.kind is not Kind.FORWARD or f.name in written:
+            continue
+        opt = options.get(f.name)
+        bname = backward_name(f.name, opt.grad_name if opt else None)
+        if bname in names:
+            diags.append(Diagnostic("duplicate-name", f"the derived backward of {f.name} would be "
+                                    f"named {bname}, which already exists (name it with "
+                                    f"`grad OTHER` on {f.name})", f.span))
+            continue
+        how, amount = (opt.grad_time if opt and opt.grad_time else None) or ratio
+        time = round_units(f.time * amount, positive=True) if how == "x" else int(amount)
+        names.add(bname)
+        derived[f.name] = bname
+        new_blocks.append(Block(bname, Kind.BACKWARD, f.devices, time, -f.memory, f.name, f.span))
+    grad = {**written, **derived}
+    forwards = {b.name for b in blocks if b.kind is Kind.FORWARD}
+    new_edges = list(edges)
+    has_fwd_succ: set[str] = set()
+    for e in edges:
+        if e.src in forwards and e.dst in forwards:
+            has_fwd_succ.add(e.src)
+            a, b = grad.get(e.src), grad.get(e.dst)
+            if a and b and (e.src in derived or e.dst in derived):
+                new_edges.append(Edge(b, a, e.tensor, e.span))
+    for f in blocks:
+        if f.name in derived and f.name not in has_fwd_succ:
+            new_edges.append(Edge(f.name, derived[f.name], None, f.span))
+    return new_blocks, new_edges
+
+
+def project_infer(blocks: list[Block], edges: list[Edge], options: dict) -> tuple[list[Block], list[Edge]]:
+    """Inference keeps the forward (and `other`) blocks and the edges between them. Activations
+    are not kept for a backward pass, so each block's memory becomes its ``infer memory`` option
+    (0 unless given)."""
+    dropped = {b.name for b in blocks if b.kind.is_backward}
+    kept = []
+    for b in blocks:
+        if b.kind.is_backward:
+            continue
+        opt = options.get(b.name)
+        kept.append(Block(b.name, b.kind, b.devices, b.time, opt.infer_memory if opt else 0,
+                          None, b.span))
+    # Edges touching a backward block go; any other edge stays, so a typo is still reported.
+    return kept, [e for e in edges if e.src not in dropped and e.dst not in dropped]

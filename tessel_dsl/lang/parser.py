@@ -1,0 +1,281 @@
+"""Read `.tsl` text into a checked `Spec`: grammar -> syntax tree -> evaluation -> checks.
+
+`parse` and `parse_file` are the only entry points; both raise `TslSyntaxError` for text that does
+not follow the grammar and one `SpecError` listing every semantic problem. No lark object survives
+into the IR.
+"""
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+from lark import Lark, Token
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.indenter import DedentError, Indenter
+
+from tessel_dsl.lang import syntax as A
+from tessel_dsl.lang.tree import ToAst
+from tessel_dsl.lang.derive import derive_backward, project_infer
+from tessel_dsl.errors import Diagnostic, Location, SpecError, TesselError, TslSyntaxError
+from tessel_dsl.ir import Block, Edge, Mode, Spec
+
+_PARSER: Lark | None = None
+
+
+class _Indenter(Indenter):
+    """Python-style blocks; also remembers the last token so odd failures can be located."""
+
+    NL_type = "_NEWLINE"
+    OPEN_PAREN_types = ["LPAR", "LSQB", "LBRACE"]
+    CLOSE_PAREN_types = ["RPAR", "RSQB", "RBRACE"]
+    INDENT_type = "_INDENT"
+    DEDENT_type = "_DEDENT"
+    tab_len = 8
+
+    def handle_NL(self, token: Token):
+        try:
+            yield from super().handle_NL(token)
+        except DedentError:
+            indent = token.rsplit("\n", 1)[1]
+            raise _BadIndent(token.end_line or 1, len(indent) + 1) from None
+
+
+class _BadIndent(Exception):
+    def __init__(self, line: int, column: int):
+        self.line, self.column = line, column
+
+
+def grammar_text() -> str:
+    """The grammar, from the installed package or, in a source checkout, from `grammar/`."""
+    try:
+        return (importlib.resources.files("tessel_dsl.grammar") / "tessel.lark").read_text()
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):
+        return (Path(__file__).resolve().parents[2] / "grammar" / "tessel.lark").read_text()
+
+
+def lark_parser() -> Lark:
+    """The LALR parser, built once per process."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = Lark(grammar_text(), parser="lalr", postlex=_Indenter(), propagate_positions=True,
+                       start=["start", "expr"], maybe_placeholders=False, cache=True)
+    return _PARSER
+
+
+# ---- syntax errors --------------------------------------------------------------------------
+
+_TOKEN_WORDS = {
+    "_NEWLINE": "end of line", "$END": "end of file", "_INDENT": "an indented block",
+    "_DEDENT": "end of the indented block", "NAME": "a name", "NUMBER": "a number",
+    "PERCENT": "a percentage", "STRING": 'a "quoted path"', "CMP": "a comparison (<, <=, ==, !=, >=, >)",
+}
+
+
+def _describe_terminal(name: str) -> str:
+    if name in _TOKEN_WORDS:
+        return _TOKEN_WORDS[name]
+    try:
+        pattern = lark_parser().get_terminal(name).pattern
+    except KeyError:
+        return name.lower()
+    return f"'{pattern.value}'" if pattern.type == "str" else name.lower()
+
+
+def _expected(names) -> tuple[str, ...]:
+    words = sorted({_describe_terminal(n) for n in names})
+    return tuple(w for w in words if w.startswith("'")) + tuple(w for w in words if not w.startswith("'"))
+
+
+def _syntax_error(text: str, file: str, line: int, column: int, message: str,
+                  expected: tuple[str, ...] = ()) -> TslSyntaxError:
+    lines = text.splitlines() or [""]
+    if line < 1 or line > len(lines):
+        line, column = len(lines), len(lines[-1]) + 1
+    return TslSyntaxError(message, Location(file, line, max(1, column)), lines[line - 1], expected)
+
+
+def _parser_expected(e: UnexpectedToken) -> tuple[str, ...]:
+    """What the parser would have accepted; lark's own list can name the lexer's view instead."""
+    try:
+        names = [n for n in e.interactive_parser.choices() if n.isupper() or n.startswith(("_", "$"))]
+    except Exception:  # no parser state to ask: fall back to lark's list
+        names = []
+    return _expected(names or e.expected)
+
+
+def _convert(e: Exception, text: str, file: str, line_off: int = 0, col_off: int = 0,
+             template_len: int = 0) -> TslSyntaxError:
+    """A lark failure as a TslSyntaxError; offsets place errors inside a name template."""
+    def at(line: int, column: int) -> tuple[int, int]:
+        return (line + line_off, column + col_off) if line_off else (line, column)
+
+    if isinstance(e, _BadIndent):
+        return _syntax_error(text, file, *at(e.line, e.column),
+                             "this line's indentation matches no enclosing block")
+    if isinstance(e, UnexpectedCharacters):
+        ch = e.char if e.char.isprintable() else repr(e.char)
+        return _syntax_error(text, file, *at(e.line, e.column), f"unexpected character {ch!r}"
+                             if ch == e.char else f"unexpected character {ch}", _expected(e.allowed))
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        expected = _parser_expected(e)
+        if tok.type == "$END":
+            if line_off or col_off:  # the end of a name template is its closing brace
+                return _syntax_error(text, file, line_off + 1, col_off + template_len + 1,
+                                     "unexpected '}' in a name template", expected)
+            return _syntax_error(text, file, -1, 1, "unexpected end of file", expected)
+        what = _TOKEN_WORDS.get(tok.type) if tok.type in ("_NEWLINE", "_INDENT", "_DEDENT") else None
+        what = what or f"'{tok}'"
+        line, column = (tok.line, tok.column) if tok.line else (e.line, e.column)
+        return _syntax_error(text, file, *at(line or -1, column or 1), f"unexpected {what}", expected)
+    if isinstance(e, UnexpectedEOF):
+        return _syntax_error(text, file, -1, 1, "unexpected end of file", _expected(e.expected))
+    return _syntax_error(text, file, *at(getattr(e, "line", -1) or -1, getattr(e, "column", 1) or 1),
+                         f"cannot read this: {e}")
+
+
+def _parse_tree(text: str, file: str, start: str = "start", offsets: tuple[int, int] = (0, 0),
+                full_text: str | None = None):
+    try:
+        return lark_parser().parse(text, start=start)
+    except (UnexpectedInput, _BadIndent) as e:
+        raise _convert(e, full_text or text, file, *offsets, template_len=len(text)) from None
+    except (LarkError, AssertionError, RecursionError) as e:  # bracket or nesting trouble
+        raise _syntax_error(full_text or text, file, -1, 1, f"cannot read this file ({type(e).__name__})") from None
+
+
+def parse_module(text: str, file: str) -> A.Module:
+    """Text -> syntax tree (`lang_ast.Module`); raises TslSyntaxError."""
+    text = text.lstrip("\ufeff")
+    if not text.endswith("\n"):
+        text += "\n"
+
+    def parse_expr(src: str, loc: Location) -> A.Expr:
+        tree = _parse_tree(src, file, "expr", (loc.line - 1, loc.column - 1), text)
+        return ToAst(file, parse_expr).transform(tree)
+
+    tree = _parse_tree(text, file)
+    try:
+        return A.Module(file, ToAst(file, parse_expr).transform(tree))
+    except LarkError as e:  # a TesselError raised inside the transformer arrives wrapped
+        inner = getattr(e, "orig_exc", None)
+        if isinstance(inner, TesselError):
+            raise inner from None
+        raise _syntax_error(text, file, -1, 1, f"cannot read this file: {e}") from None
+
+
+# ---- evaluation -----------------------------------------------------------------------------
+
+
+def _loader(diags: list[Diagnostic]):
+    def load(path: str, loc: Location) -> A.Module | None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            reason = getattr(e, "strerror", None) or str(e)
+            diags.append(Diagnostic("include-error", f"cannot include {path}: {reason}", loc))
+            return None
+        return parse_module(text, path)
+    return load
+
+
+def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
+    """Evaluate a parsed module into a checked Spec (raises SpecError with every problem)."""
+    from tessel_dsl.lang.check import diagnose
+    from tessel_dsl.lang.evaluate import Evaluator
+
+    load_diags: list[Diagnostic] = []
+    ev = Evaluator(module, sets, _loader(load_diags))
+    out = ev.run()
+    diags = load_diags + ev.diags
+    if mode is not None and mode not in ("train", "infer"):
+        diags.append(Diagnostic("bad-mode", f"mode must be train or infer, got {mode!r}"))
+        mode = None
+    chosen = Mode(mode or out.mode or "train")
+    blocks, edges = _link_backwards(ev, ev.blocks, diags), ev.edges
+    if out.derive_time is not None:
+        blocks, edges = derive_backward(blocks, edges, out.derive_time, ev.forward_opts, diags)
+    if chosen is Mode.INFER:
+        blocks, edges = project_infer(blocks, edges, ev.forward_opts)
+    # The same dependency written twice is one edge; the copy that carries a tensor wins.
+    first: dict[tuple[str, str], int] = {}
+    unique: list[Edge] = []
+    for e in edges:
+        key = (e.src, e.dst)
+        if key not in first:
+            first[key] = len(unique)
+            unique.append(e)
+        elif e.tensor is not None and unique[first[key]].tensor is None:
+            unique[first[key]] = e
+    memory = out.memory if out.memory is not None else 0
+    if chosen is Mode.INFER and out.infer_memory is not None:
+        memory = out.infer_memory
+    spec = Spec(
+        name=out.name or (Path(module.file).stem if module.file != "<string>" else "spec"),
+        devices=out.devices or 0, memory=memory, blocks=tuple(blocks), edges=tuple(unique),
+        microbatches=out.microbatches, mode=chosen, expectations=tuple(ev.expectations),
+        units=out.units, link=out.link, params=tuple(ev.param_text), source=module.file,
+    )
+    if out.devices is not None and out.memory is not None:
+        found = diagnose(spec)
+        # After an evaluation error, blocks or edges may be missing: do not report that twice.
+        if ev.skipped_blocks:
+            found = [d for d in found if d.code not in ("unknown-name", "no-blocks")]
+        elif ev.diags:
+            found = [d for d in found if d.code != "no-blocks"]
+        diags += found
+    if diags:
+        diags.sort(key=lambda d: (d.location is None, d.location.file if d.location else "",
+                                  d.location.line if d.location else 0, d.location.column if d.location else 0))
+        raise SpecError(diags)
+    return spec
+
+
+def _link_backwards(ev, blocks: list[Block], diags: list[Diagnostic]) -> list[Block]:
+    """Fill `forward` (from the name when `of` is omitted) and devices (the forward's) of written-out
+    backward blocks."""
+    by_name = {b.name: b for b in blocks}
+    out = list(blocks)
+    for index, decl in ev.pending_of:
+        b = out[index]
+        fwd = b.forward
+        if fwd is None:
+            guesses = (["F" + b.name[1:]] if b.name.startswith("B") and len(b.name) > 1 else []) \
+                + ([b.name[:-1]] if b.name.endswith("B") and len(b.name) > 1 else [])
+            fwd = next((g for g in guesses if g in by_name), None)
+            if fwd is None:
+                diags.append(Diagnostic("missing-forward", f"{b.kind.value} block {b.name} does not say "
+                                        f"which forward block it differentiates (write `of NAME`)", b.span))
+                continue
+        devices = b.devices
+        if decl.devices is None:
+            f = by_name.get(fwd)
+            devices = f.devices if f is not None else ()
+        out[index] = Block(b.name, b.kind, devices, b.time, b.memory, fwd, b.span)
+    return out
+
+
+def parse(text: str, file: str = "<string>", sets: dict[str, str] | None = None,
+          mode: str | None = None) -> Spec:
+    """Parse and check `.tsl` text; `sets` overrides parameters, `mode` the file's train/infer."""
+    if not isinstance(text, str):
+        raise SpecError([Diagnostic("bad-input", f"spec text must be a string, got {type(text).__name__}")])
+    try:
+        module = parse_module(text, file)
+    except RecursionError:  # the tree is built recursively; absurd nesting cannot be read
+        raise _syntax_error(text, file, 1, 1, "this file nests expressions too deeply to read") from None
+    try:
+        return build_spec(module, sets, mode)
+    except RecursionError:
+        raise SpecError([Diagnostic("too-large", "expressions are nested too deeply to evaluate",
+                                    Location(file, 1, 1))]) from None
+
+
+def parse_file(path, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
+    """Read, parse and check a `.tsl` file (includes are relative to it)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        raise SpecError([Diagnostic("cannot-read", f"cannot read spec {path}: {reason}")]) from None
+    return parse(text, str(path), sets, mode)

@@ -1,0 +1,145 @@
+"""Values in a `.tsl` file: expressions, whole numbers, times, memory sizes and name templates.
+
+A mixin of the evaluator: every method records a diagnostic and raises `Skip` when a value
+cannot be computed, so the statement that needed it is abandoned and evaluation goes on.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from tessel_dsl.lang import syntax as A
+from tessel_dsl import units as U
+from tessel_dsl.errors import Diagnostic, Location
+
+MAX_DEVICES = 4096
+MAX_BLOCKS = 100_000
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
+
+
+class Skip(Exception):
+    """Abandon the current statement; its diagnostic has already been recorded."""
+
+
+UNSET = object()  # a parameter with no value: its uses are skipped without a second message
+
+
+@dataclass
+class ForwardOptions:
+    """What a forward block says about its derived backward and its inference footprint."""
+
+    grad_name: str | None = None
+    grad_time: tuple[str, float] | None = None  # ("x", ratio) or ("abs", units)
+    infer_memory: int = 0
+
+
+class Values:
+    """Expression evaluation and unit conversion; needs `diags` and the two resolutions."""
+
+    diags: list[Diagnostic]
+    _time_res: tuple[float, str] | None
+    _mem_res: tuple[int, str] | None
+
+    def error(self, code: str, message: str, loc: Location | None) -> Skip:
+        d = Diagnostic(code, message, loc)
+        if d not in self.diags:  # a loop body repeats the same mistake once per iteration
+            self.diags.append(d)
+        return Skip()
+
+    def num(self, e: A.Expr, env) -> int | float:
+        if isinstance(e, A.Num):
+            return e.value
+        if isinstance(e, A.Var):
+            v = env.get(e.name, None) if "{" not in e.name else None
+            if v is UNSET:
+                raise Skip()
+            if v is None:
+                raise self.error("unknown-name", f"`{e.name}` is not a parameter or loop variable", e.loc)
+            return v
+        if isinstance(e, A.Neg):
+            return -self.num(e.operand, env)
+        a, b = self.num(e.left, env), self.num(e.right, env)
+        if e.op == "+":
+            r = a + b
+        elif e.op == "-":
+            r = a - b
+        elif e.op == "*":
+            r = a * b
+        else:
+            if b == 0:
+                raise self.error("bad-value", "division by zero", e.loc)
+            r = a // b if isinstance(a, int) and isinstance(b, int) and a % b == 0 else a / b
+        if isinstance(r, float) and not math.isfinite(r) or isinstance(r, int) and abs(r) > 10**15:
+            raise self.error("bad-value", "number out of range", e.loc)
+        return r
+
+    def integer(self, e: A.Expr, env) -> int:
+        v = self.num(e, env)
+        if isinstance(v, float):
+            if not v.is_integer():
+                raise self.error("not-integer", f"expected a whole number here, got {U.format_number(v)}",
+                                 getattr(e, "loc", None))
+            v = int(v)
+        return v
+
+    def plain(self, q: A.Quantity, env) -> int | float:
+        if q.unit is not None:
+            raise self.error("unknown-unit", f"no unit expected here, got `{q.unit}`", q.loc)
+        return self.num(q.expr, env)
+
+    def _need_time_res(self, loc: Location) -> float:
+        if self._time_res is None:
+            raise self.error("missing-resolution", "a time with a unit needs `resolution time ...` "
+                             "(e.g. `resolution time 1ms`)", loc)
+        return self._time_res[0]
+
+    def time_units(self, q: A.Quantity, env, exact: bool = True) -> float:
+        """A time in integer units (`exact`: rounded, positive stays positive) or as a float."""
+        value = self.num(q.expr, env)
+        if q.unit is not None:
+            if q.unit not in U.TIME_UNITS:
+                raise self.error("unknown-unit", f"`{q.unit}` is not a time unit (use one of "
+                                 f"{U.describe(U.TIME_UNITS)})", q.loc)
+            value = U.to_units(value, U.TIME_UNITS[q.unit], self._need_time_res(q.loc))
+            return U.round_units(value, positive=True) if exact else value
+        if exact and isinstance(value, float) and not value.is_integer():
+            raise self.error("not-integer", f"time {U.format_number(value)} is not a whole number of "
+                             "units (declare `resolution time ...` and write a unit)", q.loc)
+        return int(value) if exact else value
+
+    def memory_units(self, q: A.Quantity, env) -> int:
+        value = self.num(q.expr, env)
+        if q.unit is not None:
+            if q.unit not in U.MEMORY_UNITS:
+                raise self.error("unknown-unit", f"`{q.unit}` is not a memory unit (use one of "
+                                 f"{U.describe(U.MEMORY_UNITS)})", q.loc)
+            if self._mem_res is None:
+                raise self.error("missing-resolution", "a memory size with a unit needs "
+                                 "`resolution memory ...` (e.g. `resolution memory 1GB`)", q.loc)
+            return U.round_units(U.to_units(value, U.MEMORY_UNITS[q.unit], self._mem_res[0]), False)
+        if isinstance(value, float) and not value.is_integer():
+            raise self.error("not-integer", f"memory {U.format_number(value)} is not a whole number "
+                             "of units", q.loc)
+        return int(value)
+
+    def grad_time(self, q: A.Quantity, env) -> tuple[str, float]:
+        """A backward time: a ratio of the forward's (``3x``) or an absolute time."""
+        if q.unit == U.RATIO_UNIT:
+            r = self.num(q.expr, env)
+            if r <= 0:
+                raise self.error("non-positive-time", "a backward time ratio must be positive", q.loc)
+            return ("x", float(r))
+        return ("abs", float(self.time_units(q, env)))
+
+    def render(self, name: A.Name, env) -> str:
+        """A concrete block name from a template such as ``F{i+1}``."""
+        out = []
+        for p in name.parts:
+            out.append(p if isinstance(p, str) else str(self.integer(p, env)))
+        text = "".join(out)
+        if not _IDENT.match(text):
+            raise self.error("bad-name", f"`{name.text}` gives `{text}`, which is not a name "
+                             "(letters, digits, _; not starting with a digit)", name.loc)
+        return text

@@ -1,0 +1,30 @@
+"""The Tessel search and the schedules it is compared with.
+
+driver      the search end to end (paper Algorithm 1): bounds, repetend, completion, extension
+repetend    repetend construction by enumerating offsets (paper §4.1)
+modulo      repetend construction with one cyclic model per period
+completion  time-optimal warmup and cooldown for a repetend (paper §4.2)
+extend      the repetend repeated to N micro-batches, then compacted
+direct      all N micro-batches in one solve (small N)
+compact     every block as early as its dependencies and devices allow, keeping the order
+refine      finishing for one N: better baseline orders, end re-solve
+optimal     the time-optimal schedule (TO) for comparison
+solvers/    one small scheduling problem, answered by CP-SAT or Z3
+baselines/  GPipe, 1F1B, 1F1B+, Chimera-direct, and the comparison table
+
+`search` is imported on first use, so importing a module of this package stays cheap.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {"search": "driver", "SearchResult": "driver", "Progress": "driver", "METHODS": "driver",
+         "reextend": "driver"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

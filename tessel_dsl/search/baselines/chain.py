@@ -1,0 +1,101 @@
+"""Recognising the placements the classic schedules were written for.
+
+1F1B assumes a *chain*: every device holds one forward stage (and, when training, one backward
+stage), the forward stages run one after another and the backward stages retrace them in
+reverse. Chimera assumes two such chains running in opposite device directions. The functions
+here find that structure in a spec, or explain why it is not there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessel_dsl.analysis import reachable
+from tessel_dsl.errors import TesselError
+from tessel_dsl.ir import Block, Spec
+
+
+class NotApplicable(TesselError):
+    """The baseline has no straightforward adaptation to this placement (the paper's '×')."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: a single-device forward block and its backward block (None in infer)."""
+
+    device: int
+    forward: str
+    backward: str | None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Stages in pipeline order, plus the multi-device blocks that sit between them."""
+
+    stages: tuple[Stage, ...]
+    shared: tuple[str, ...] = ()
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return tuple(s.device for s in self.stages)
+
+
+def components(spec: Spec) -> list[tuple[str, ...]]:
+    """Weakly connected groups of blocks (independent sub-pipelines), in declaration order."""
+    parent = {b.name: b.name for b in spec.blocks}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for e in spec.edges:
+        parent[find(e.src)] = find(e.dst)
+    groups: dict[str, list[str]] = {}
+    for b in spec.blocks:
+        groups.setdefault(find(b.name), []).append(b.name)
+    return [tuple(g) for g in groups.values()]
+
+
+def _ordered(names: list[str], reach: dict[str, frozenset[str]]) -> bool:
+    return all(b in reach[a] for a, b in zip(names, names[1:]))
+
+
+def find_chain(spec: Spec, names: tuple[str, ...] | None = None, *, who: str = "1F1B",
+               allow_shared: bool = False) -> Chain:
+    """The chain formed by `names` (default: all blocks), or NotApplicable saying what is wrong."""
+    blocks: list[Block] = [spec.block(n) for n in (names or spec.topo_order)]
+    pos = {n: i for i, n in enumerate(spec.topo_order)}
+    blocks.sort(key=lambda b: pos[b.name])
+    need = f"{who} needs a chain placement (one forward and one backward block per device, run in sequence)"
+    multi = [b for b in blocks if b.is_multi_device]
+    if multi and not allow_shared:
+        devs = ",".join(map(str, multi[0].devices))
+        raise NotApplicable(f"{need}; block {multi[0].name} runs on devices {devs} (1f1b+ handles such blocks)")
+    fwd = [b for b in blocks if not b.is_multi_device and not b.kind.is_backward]
+    bwd = [b for b in blocks if not b.is_multi_device and b.kind.is_backward]
+    if not fwd:
+        raise NotApplicable(f"{need}; there is no single-device forward block")
+    reach = reachable(spec)
+    for group, label in ((fwd, "forward"), (bwd, "backward")):
+        seen: dict[int, str] = {}
+        for b in group:
+            d = b.devices[0]
+            if d in seen:
+                raise NotApplicable(f"{need}; device {d} holds two {label} blocks ({seen[d]} and {b.name})")
+            seen[d] = b.name
+    if not _ordered([b.name for b in fwd], reach):
+        raise NotApplicable(f"{need}; the forward blocks {', '.join(b.name for b in fwd)} do not form one "
+                            "sequence (they branch)")
+    stages = []
+    if bwd:
+        by_dev = {b.devices[0]: b.name for b in bwd}
+        if set(by_dev) != {b.devices[0] for b in fwd}:
+            raise NotApplicable(f"{need}; forward and backward blocks are not on the same devices")
+        stages = [Stage(f.devices[0], f.name, by_dev[f.devices[0]]) for f in fwd]
+        back = [s.backward for s in reversed(stages)]
+        if not _ordered(back, reach) or back[0] not in reach[stages[-1].forward]:
+            raise NotApplicable(f"{need}; the backward blocks do not retrace the forward ones in reverse")
+    else:
+        stages = [Stage(f.devices[0], f.name, None) for f in fwd]
+    return Chain(tuple(stages), tuple(b.name for b in multi))

@@ -1,0 +1,141 @@
+"""The hand-written schedules Tessel is compared with, as per-device block orders.
+
+Each function returns per-device orders of (block, micro-batch); `tessel_dsl.search.baselines.build`
+compacts them into start times and validates the result. Definitions:
+
+* GPipe: every forward of every micro-batch, then every backward, micro-batches in order.
+* 1F1B: stage s of S first runs S-1-s forwards (fewer if memory M cannot hold them), then
+  alternates one forward with one backward, then drains the remaining backwards.
+* 1F1B+: 1F1B on the single-device stages, with each multi-device block pinned next to its
+  neighbour in the chain (a forward-side one right before the first stage that needs it, a
+  backward-side one right after the last stage it needs), as the Tessel paper's §6 describes.
+* Chimera (direct concatenation): two chains running in opposite directions share the devices; a
+  basic unit of D micro-batches (D/2 spec micro-batches, each holding one micro-batch per
+  direction) is scheduled greedily with backwards first; units are concatenated per device.
+"""
+from __future__ import annotations
+
+from tessel_dsl.analysis import reachable, resident_memory
+from tessel_dsl.errors import InfeasibleError, ScheduleError
+from tessel_dsl.ir import Spec
+from tessel_dsl.search.baselines.chain import Chain, NotApplicable, Stage, components, find_chain
+from tessel_dsl.search.baselines.listsched import Key, play_greedy, play_queues
+
+
+def gpipe_orders(spec: Spec, n: int) -> list[list[Key]]:
+    """All forward-side blocks, then all backward-side blocks.
+
+    Inside a phase, blocks go by their depth within that phase, then by micro-batch: on a chain
+    this is exactly GPipe's order, and where two chains share a device (X-shape) neither waits
+    for the other's deeper blocks. (phase, depth, micro-batch) respects every dependency, so the
+    orders cannot deadlock.
+    """
+    phase: dict[str, int] = {}
+    depth: dict[str, int] = {}
+    for name in spec.topo_order:  # a block after any backward block belongs to the backward phase
+        b = spec.block(name)
+        phase[name] = int(b.kind.is_backward or any(phase[p] for p in spec.preds[name]))
+        same = [depth[p] + spec.block(p).time for p in spec.preds[name] if phase[p] == phase[name]]
+        depth[name] = max(same, default=0)
+    keys = sorted(((b.name, mb) for mb in range(n) for b in spec.blocks),
+                  key=lambda k: (phase[k[0]], depth[k[0]], k[1], k[0]))
+    orders: list[list[Key]] = [[] for _ in range(spec.devices)]
+    for k in keys:
+        for d in spec.block(k[0]).devices:
+            orders[d].append(k)
+    return orders
+
+
+def _inflight_cap(spec: Spec, device: int, who: str) -> int:
+    held = resident_memory(spec)[device]
+    if held <= 0:
+        return 1 << 30
+    if spec.memory < held:
+        raise InfeasibleError(f"{who}: device {device} holds {held} memory units per micro-batch in flight, "
+                              f"more than M={spec.memory}")
+    return spec.memory // held
+
+
+def stage_queue(spec: Spec, chain: Chain, s: int, n: int, who: str = "1F1B") -> list[Key]:
+    """The 1F1B work queue of stage `s`: warmup forwards, one-forward-one-backward, cooldown."""
+    st: Stage = chain.stages[s]
+    if st.backward is None:
+        return [(st.forward, mb) for mb in range(n)]
+    warm = min(len(chain.stages) - 1 - s, n, _inflight_cap(spec, st.device, who) - 1)
+    q: list[Key] = [(st.forward, mb) for mb in range(warm)]
+    for i in range(n - warm):
+        q += [(st.forward, warm + i), (st.backward, i)]
+    q += [(st.backward, mb) for mb in range(n - warm, n)]
+    return q
+
+
+def one_f_one_b_orders(spec: Spec, n: int) -> list[list[Key]]:
+    chain = find_chain(spec, who="1F1B")
+    orders: list[list[Key]] = [[] for _ in range(spec.devices)]
+    for s, st in enumerate(chain.stages):
+        orders[st.device] = stage_queue(spec, chain, s, n)
+    return orders
+
+
+def _anchor(spec: Spec, chain: Chain, name: str, reach: dict[str, frozenset[str]]) -> tuple[str, str]:
+    """(chain block, 'before' | 'after') that a multi-device block is pinned to."""
+    b = spec.block(name)
+    if not b.kind.is_backward:
+        seq = [st.forward for st in chain.stages]
+    else:
+        seq = [st.backward for st in reversed(chain.stages) if st.backward]
+    needs_it = [x for x in seq if x in reach[name]]
+    if not b.kind.is_backward and needs_it:
+        return needs_it[0], "before"
+    needed = [x for x in seq if name in reach[x]]
+    if needed:
+        return needed[-1], "after"
+    if needs_it:
+        return needs_it[0], "before"
+    raise NotApplicable(f"1F1B+ cannot place block {name}: it is not connected to the pipeline chain")
+
+
+def one_f_one_b_plus_orders(spec: Spec, n: int) -> list[list[Key]]:
+    chain = find_chain(spec, who="1F1B+", allow_shared=True)
+    reach = reachable(spec)
+    before: dict[str, list[str]] = {}
+    after: dict[str, list[str]] = {}
+    for name in chain.shared:  # chain.shared is in dependency order, so pinned blocks keep it
+        at, side = _anchor(spec, chain, name, reach)
+        (before if side == "before" else after).setdefault(at, []).append(name)
+    queues: list[list[Key]] = [[] for _ in range(spec.devices)]
+    for s, st in enumerate(chain.stages):
+        q: list[Key] = []
+        for blk, mb in stage_queue(spec, chain, s, n, "1F1B+"):
+            q += [(x, mb) for x in before.get(blk, [])] + [(blk, mb)] + [(x, mb) for x in after.get(blk, [])]
+        queues[st.device] = q
+    return play_queues(spec, queues)
+
+
+def chimera_orders(spec: Spec, n: int) -> list[list[Key]]:
+    need = "Chimera needs two independent chains running in opposite directions over the devices (X-shape)"
+    groups = components(spec)
+    if len(groups) != 2:
+        raise NotApplicable(f"{need}; this placement has {len(groups)} independent part(s)")
+    down, up = (find_chain(spec, g, who="Chimera") for g in groups)
+    if up.devices != tuple(reversed(down.devices)):
+        raise NotApplicable(f"{need}; the chains visit devices {down.devices} and {up.devices}")
+    depth = {st.forward: i for chain in (down, up) for i, st in enumerate(chain.stages)}
+    depth.update({st.backward: i for chain in (down, up) for i, st in enumerate(chain.stages) if st.backward})
+    unit = max(1, len(down.stages) // 2)
+
+    def priority(k: Key) -> tuple:
+        # backwards first (they free memory), then the oldest micro-batch, then the deepest stage
+        return (not spec.block(k[0]).kind.is_backward, k[1], -depth[k[0]], k[0])
+
+    orders: list[list[Key]] = [[] for _ in range(spec.devices)]
+    for first in range(0, n, unit):
+        keys = [(b.name, mb) for mb in range(first, min(n, first + unit)) for b in spec.blocks]
+        try:
+            unit_orders = play_greedy(spec, keys, priority)
+        except ScheduleError:
+            raise NotApplicable(f"Chimera's basic unit ({unit} micro-batches per direction) does not fit "
+                                f"memory M={spec.memory}") from None
+        for d, row in enumerate(unit_orders):
+            orders[d] += row
+    return orders

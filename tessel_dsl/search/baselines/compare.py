@@ -1,0 +1,170 @@
+"""Side-by-side numbers for Tessel, the baselines and TO on one spec (what `tessel compare` prints).
+
+Two kinds of number are reported for each schedule:
+
+* at the requested N: makespan, bubble rate (idle device-time over all device-time within the
+  makespan) and peak memory per device;
+* in the steady state, "considering numerous micro-batches" as the paper's Table 3 does: the
+  period (time per micro-batch once the pipeline is full) and the bubble within one period,
+  ``1 - work per micro-batch summed over devices / (D * period)``. For a repeating Tessel schedule
+  the period is the repetend's; for a baseline it is measured between micro-batches N/4 and 3N/4
+  as the makespan's growth per micro-batch between `STEADY_N`/2 and `STEADY_N` micro-batches,
+  where warmup and cooldown are the same and cancel out.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from tessel_dsl.analysis import busy_time, lower_bound
+from tessel_dsl.errors import TesselError
+from tessel_dsl.ir import Spec
+from tessel_dsl.schedule import Schedule
+from tessel_dsl.search.baselines import BASELINES, IGNORES_MEMORY, NotApplicable, build
+
+STEADY_N = 64  # a multiple of every Chimera unit up to D=16, long enough to leave warmup behind
+SCHEDULES = ("tessel", *BASELINES)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One schedule's numbers on one spec; `status` is ok, n/a, timeout or error (see `reason`)."""
+
+    spec: str
+    schedule: str
+    status: str = "ok"
+    reason: str = ""
+    microbatches: int = 0
+    makespan: int | None = None
+    bubble: float | None = None
+    period: float | None = None
+    steady_bubble: float | None = None
+    lower_bound: int = 0
+    peak_memory: tuple[int, ...] = ()
+    memory_limit: int = 0
+    over_memory: bool = False
+    proven: bool | None = None
+    seconds: float | None = None
+    gap_to_optimal: float | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def steady_bubble(spec: Spec, period: float | None) -> float | None:
+    """Idle fraction of device-time within one steady-state period."""
+    if not period:
+        return None
+    return 1.0 - sum(busy_time(spec)) / (spec.devices * period)
+
+
+def measured_period(spec: Spec, short: Schedule, long: Schedule) -> float | None:
+    """Time each extra micro-batch adds once the pipeline is full: the makespan's slope between a
+    schedule of N1 and one of N2 > N1 micro-batches (warmup and cooldown cancel out)."""
+    extra = long.microbatches - short.microbatches
+    if extra <= 0:
+        return None
+    return (long.makespan(spec) - short.makespan(spec)) / extra
+
+
+def _row(spec: Spec, schedule: Schedule, period: float | None, **kw) -> Row:
+    peak = schedule.peak_memory(spec)
+    return Row(spec=spec.name, schedule=schedule.name, microbatches=schedule.microbatches,
+               makespan=schedule.makespan(spec), bubble=schedule.bubble_rate(spec), period=period,
+               steady_bubble=steady_bubble(spec, period), lower_bound=lower_bound(spec), peak_memory=peak,
+               memory_limit=spec.memory, over_memory=max(peak, default=0) > spec.memory, **kw)
+
+
+def _failed(spec: Spec, name: str, status: str, reason: str, n: int) -> Row:
+    return Row(spec=spec.name, schedule=name, status=status, reason=reason, microbatches=n,
+               lower_bound=lower_bound(spec), memory_limit=spec.memory)
+
+
+def baseline_row(spec: Spec, name: str, n: int, steady_n: int = STEADY_N) -> tuple[Row, Schedule | None]:
+    """The baseline's row (n/a when it does not fit the placement) and its schedule at N."""
+    try:
+        schedule = build(spec, name, n)
+        period = measured_period(spec, build(spec, name, steady_n // 2), build(spec, name, steady_n))
+    except NotApplicable as e:
+        return _failed(spec, name, "n/a", str(e), n), None
+    except TesselError as e:
+        return _failed(spec, name, "error", str(e).splitlines()[0], n), None
+    return _row(spec, schedule, period), schedule
+
+
+def tessel_row(spec: Spec, n: int, *, solver: str = "auto", time_limit: float | None = None,
+               progress=None) -> tuple[Row, Schedule | None]:
+    """Tessel's row, from `tessel_dsl.search.driver.search`."""
+    try:
+        from tessel_dsl.search.driver import search
+    except ImportError as e:  # the search module is optional for comparing baselines
+        return _failed(spec, "tessel", "n/a", f"search unavailable ({e})", n), None
+    t0 = time.perf_counter()
+    try:
+        result = search(spec, microbatches=n, solver=solver, time_limit=time_limit, progress=progress)
+    except TesselError as e:
+        return _failed(spec, "tessel", "error", str(e).splitlines()[0], n), None
+    seconds = time.perf_counter() - t0
+    schedule = result.schedule
+    period = float(schedule.repetend.period) if schedule.repetend else None
+    info = result.info
+    row = _row(spec, schedule, period, seconds=seconds, proven=getattr(info, "proven", None),
+               extra={"nr": getattr(info, "nr", 0), "solver": getattr(info, "solver", ""),
+                      "method": getattr(info, "method", "")})
+    return row, schedule
+
+
+def schedule_row(spec: Spec, schedule: Schedule, label: str | None = None) -> Row:
+    """The row of a given schedule (e.g. one read from a plan file)."""
+    period = float(schedule.repetend.period) if schedule.repetend else None
+    row = _row(spec, schedule, period)
+    return replace(row, schedule=label) if label else row
+
+
+def to_row(spec: Spec, n: int, *, hint: Schedule | None = None, solver: str = "auto",
+           time_limit: float | None = 60.0, workers: int | None = None) -> Row:
+    """The time-optimal schedule's row (no steady state: TO is a finite schedule)."""
+    from tessel_dsl.search.optimal import OptimalTimeout, optimal
+
+    try:
+        result = optimal(spec, n, solver=solver, time_limit=time_limit, hint=hint, workers=workers)
+    except OptimalTimeout as e:
+        return _failed(spec, "to", "timeout", str(e), n)
+    except TesselError as e:
+        return _failed(spec, "to", "error", str(e).splitlines()[0], n)
+    return _row(spec, result.schedule, None, proven=result.info.proven, seconds=result.info.seconds,
+                extra={"solver": result.info.solver})
+
+
+def compare(spec: Spec, microbatches: int | None = None, *, schedules: tuple[str, ...] = SCHEDULES,
+            to: bool = False, to_time_limit: float | None = 60.0, solver: str = "auto",
+            time_limit: float | None = None, steady_n: int = STEADY_N, progress=None,
+            given: tuple[tuple[str, Schedule], ...] = ()) -> list[Row]:
+    """Rows for `given` (label, schedule) pairs, `schedules` (Tessel and/or baselines) and, with
+    `to`, the time-optimal one.
+
+    When TO ran, each other row gets `gap_to_optimal` = makespan / TO makespan - 1.
+    """
+    n = spec.microbatches if microbatches is None else microbatches
+    rows: list[Row] = [schedule_row(spec, sched, label) for label, sched in given]
+    found: list[Schedule] = [sched for _, sched in given if sched.microbatches == n]
+    for name in schedules:
+        if name == "tessel":
+            row, sched = tessel_row(spec, n, solver=solver, time_limit=time_limit, progress=progress)
+        elif name in BASELINES:
+            row, sched = baseline_row(spec, name, n, steady_n)
+        else:
+            raise TesselError(f"unknown schedule {name!r} (known: {', '.join(SCHEDULES)}, to)")
+        rows.append(row)
+        if sched is not None and not (name in IGNORES_MEMORY and row.over_memory):
+            found.append(sched)
+    if to:
+        hint = min(found, key=lambda s: s.makespan(spec), default=None)
+        best = to_row(spec, n, hint=hint, solver=solver, time_limit=to_time_limit)
+        rows.append(best)
+        if best.status == "ok" and best.makespan:
+            rows = [r if r.makespan is None or r is best else
+                    _with_gap(r, r.makespan / best.makespan - 1.0) for r in rows]
+    return rows
+
+
+def _with_gap(row: Row, gap: float) -> Row:
+    return replace(row, gap_to_optimal=gap)

@@ -1,0 +1,324 @@
+"""The Tessel search driver (paper Algorithm 1 with the lazy-search optimisation of §5).
+
+1. Bounds: the repetend period can't beat the busiest device's work (`analysis.lower_bound`), and
+   at most `analysis.max_inflight` micro-batches fit in memory, which caps ``N_R``.
+2. Repetend: the smallest period ``P`` for which some offset assignment schedules, found either by
+   enumerating pruned assignments (`repetend.py`) or with one cyclic model per period
+   (`modulo.py`). While looking, warmup and cooldown are only checked for satisfiability.
+3. Completion: time-optimal warmup and cooldown, once, for the chosen repetend (`completion.py`).
+4. Extension to N micro-batches and compaction (`extend.py`); N below ``N_R`` is solved directly.
+
+Every schedule returned has passed `validate.validate`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from tessel_dsl.analysis import lower_bound, microbatch_memory
+from tessel_dsl.search.compact import compact
+from tessel_dsl.search.completion import solve_cooldown, solve_warmup
+from tessel_dsl.errors import InfeasibleError, TesselError
+from tessel_dsl.search.extend import Parts, extend
+from tessel_dsl.ir import Spec
+from tessel_dsl.plan import SearchInfo
+from tessel_dsl.search.repetend import Counters, enumerate_search, make_repetend, nr_limit, repetend_problem, serial_repetend
+from tessel_dsl.schedule import Repetend, Schedule, Slot
+from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, resolve, solve
+from tessel_dsl.validate import validate
+from tessel_dsl.search.modulo import POLISH_EFFORT
+from tessel_dsl.search.direct import direct
+
+METHODS = ("enumerate", "modulo")
+DEFAULT_METHOD = "modulo"  # measured faster (docs/search.md)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot for live displays: what the search is doing right now."""
+
+    phase: str
+    lower_bound: int
+    period: int = 0
+    nr: int = 0
+    best: int | None = None
+    tried: int = 0
+    pruned: int = 0
+    elapsed: float = 0.0
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The searched schedule (warmup/repetend/cooldown filled when a repetend exists) and how."""
+
+    schedule: Schedule
+    info: SearchInfo
+
+
+class _Clock:
+    def __init__(self, time_limit: float | None):
+        self.t0 = time.monotonic()
+        self.limit = time_limit
+
+    def left(self) -> float | None:
+        if self.limit is None:
+            return None
+        return self.limit - (time.monotonic() - self.t0)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def _check_inputs(spec: Spec, n: int, method: str) -> None:
+    if n < 1:
+        raise TesselError(f"the number of micro-batches must be at least 1 (got {n})")
+    if method not in ("auto",) + METHODS:
+        raise TesselError(f"unknown search method {method!r} (choose one of: auto, {', '.join(METHODS)})")
+    need = microbatch_memory(spec)
+    for d, m in enumerate(need):
+        if m > spec.memory:
+            raise InfeasibleError(
+                f"memory M={spec.memory} is below what one micro-batch needs on device {d} ({m}); "
+                f"no schedule exists: raise M to at least {max(need)} or split the blocks on device {d}")
+
+
+def _polish(spec: Spec, rep: Repetend, solver: str, left: float | None) -> Repetend:
+    """Re-solve a found repetend's offsets at its period for the shortest micro-batch latency."""
+    offsets = {s.block: s.mb for s in rep.slots}
+    prob = repetend_problem(spec, offsets, rep.period)
+    index = {b.name: i for i, b in enumerate(spec.blocks)}
+    tasks = tuple(replace(t, skew=-rep.period * offsets[t.key]) for t in prob.tasks)
+    hints = tuple(s.start for s in sorted(rep.slots, key=lambda s: index[s.block]))
+    sol = solve(replace(prob, tasks=tasks, hints=hints), Objective.SPREAD, left, solver=solver, effort=POLISH_EFFORT)
+    return make_repetend(spec, offsets, sol.starts, rep.period) if sol.ok else rep
+
+
+SLICE_SHARE = 0.1    # phase 1 gives each period this share of the time limit ...
+SLICE_MIN = 0.5      # ... but at least this many seconds
+SLICE_DEFAULT = 5.0  # per period in phase 1 when there is no time limit
+REPETEND_SHARE = 0.75  # of a time limit, for finding the repetend; the rest is for completion
+
+
+def cyclic_nr_limit(spec: Spec) -> int:
+    """The largest N_R the cyclic model allows: the in-flight limit plus one micro-batch on each
+    side for blocks that hold no memory (e.g. an embedding before the first stage and after the
+    last one, which may belong to a micro-batch one period apart from their neighbours)."""
+    return nr_limit(spec) + 2
+
+
+def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock, counters: Counters,
+                   report: Callable[[str], None], accept: Callable[[Repetend], bool]
+                   ) -> tuple[Repetend, bool, str, bool]:
+    """Smallest feasible period with the cyclic model: (repetend, proven, note, needs_enumeration).
+
+    Feasibility is monotone in the period, so the search keeps ``lo`` (every period below it is
+    infeasible) and ``hi`` (the best period found). Phase 1 walks up from the lower bound giving
+    each period a short slice, so a good period is found early even when some periods can't be
+    settled quickly; phase 2 spends what is left on ``hi - 1``, the most promising improvement
+    (if it is infeasible, so is everything below it and ``hi`` is proven optimal).
+    """
+    from tessel_dsl.search.modulo import solve_period
+
+    lo, hi, best = lower_bound(spec), fallback.period, fallback
+    max_nr = cyclic_nr_limit(spec)
+
+    def attempt(period: int, budget: float | None) -> str:
+        nonlocal lo, hi, best
+        counters.period, counters.nr = period, max_nr
+        report("repetend (modulo)")
+        counters.tried += 1
+        status, rep = solve_period(spec, period, max_nr, solver, budget)
+        if status == "infeasible":
+            counters.pruned += 1
+            lo = max(lo, period + 1)
+        elif rep is not None:
+            if not accept(rep):
+                return "rejected"
+            best, hi = rep, period
+            return "feasible"
+        return status
+
+    def budget(share: float | None) -> float | None:
+        left = clock.left()
+        if left is None:
+            return share
+        left -= (1.0 - REPETEND_SHARE) * clock.limit  # keep the rest for completion
+        return max(0.01, min(left, share if share is not None else left))
+
+    def out_of_time() -> bool:
+        left = clock.left()
+        return left is not None and left <= (1.0 - REPETEND_SHARE) * clock.limit
+
+    for period in range(lo, hi):
+        if out_of_time():
+            break
+        if period < lo:
+            continue
+        share = SLICE_DEFAULT if clock.limit is None else max(SLICE_MIN, SLICE_SHARE * clock.limit)
+        status = attempt(period, budget(share))
+        if status == "rejected":
+            return best, False, f"the cyclic model's repetend at P={period} has no valid warmup/cooldown", True
+        if status == "feasible":
+            break
+    while lo < hi and not out_of_time():
+        status = attempt(hi - 1, budget(None))
+        if status == "rejected":
+            return best, False, f"the cyclic model's repetend at P={hi - 1} has no valid warmup/cooldown", True
+        if status == "unknown":
+            break
+    proven = lo >= hi
+    note = "" if proven else (f"time limit reached before periods {lo}..{hi - 1} were settled"
+                              if lo < hi - 1 else f"time limit reached before period {lo} was settled")
+    return best, proven, note, False
+
+
+def find_repetend(spec: Spec, *, solver: str, method: str, clock: _Clock, counters: Counters,
+                  report: Callable[[str], None]) -> tuple[Repetend, bool, str]:
+    """The best repetend (lazily checked for completion), whether that is proven, and a note."""
+    lower, max_nr = lower_bound(spec), nr_limit(spec)
+
+    def accept(rep: Repetend) -> bool:
+        # Satisfiability only (lazy search); unbounded, since a repetend can't be used unchecked.
+        return (solve_warmup(spec, rep, objective=Objective.FEASIBLE, solver=solver) is not None
+                and solve_cooldown(spec, rep, objective=Objective.FEASIBLE, solver=solver) is not None)
+
+    fallback = serial_repetend(spec, solver, counters)
+    upper = fallback.period
+    notes = []
+    if method == "modulo":
+        rep, proven, note, enumerate_instead = _modulo_search(
+            spec, fallback, solver=solver, clock=clock, counters=counters, report=report, accept=accept)
+        if not enumerate_instead:
+            if rep is fallback and not proven:
+                note = f"{note}; using a one-micro-batch repetend"
+            return rep, proven, note
+        notes.append(note + "; enumerating")
+        upper = rep.period + 1 if rep is not fallback else upper
+    rep, complete = enumerate_search(
+        spec, lower=lower, upper=upper, max_nr=max_nr, solver=solver, deadline=clock.left,
+        counters=counters, accept=accept, on_progress=lambda: report("repetend (enumerate)"))
+    if rep is None:
+        if not complete:
+            notes.append(f"time limit reached while trying period {counters.period}; using a one-micro-batch repetend")
+        return fallback, complete, "; ".join(notes)
+    rep = _polish(spec, rep, solver, clock.left())
+    return rep, complete, "; ".join(notes)
+
+
+COMPLETION_EFFORT = 2.0  # deterministic solver budget of each optimising warmup / cooldown solve
+
+
+def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str = "auto",
+             time_limit: float | None = None) -> Schedule:
+    """A searched schedule for another N without searching again: extension (or, below N_R, a
+    direct solve), then the same finishing steps as `search` (baselines, end re-solve)."""
+    if microbatches == schedule.microbatches:
+        return schedule
+    solver = resolve(solver)
+    sched = extend(spec, schedule, microbatches, name=schedule.name)
+    if schedule.repetend is None or microbatches < schedule.repetend.nr:
+        return sched
+    return finish(spec, sched, solver=solver, clock=_Clock(time_limit))[0]
+
+
+def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock) -> tuple[Schedule, list[str]]:
+    """The best valid schedule for this N: the extension, or a shorter applicable baseline, with
+    its ends re-solved (`refine.py`); the stored repetend, warmup and cooldown stay for re-extension."""
+    from tessel_dsl.search.refine import best_baseline, refine_ends
+
+    notes = []
+    n, span = sched.microbatches, sched.makespan(spec)
+    base = best_baseline(spec, n, than=span)
+    if base is not None:
+        other, name = base
+        notes.append(f"{name.upper()} for N={n} (makespan {other.makespan(spec)}) beats the extended repetend "
+                     f"({span}): its block order is used for this N; the repetend is kept for other N")
+        sched = replace(sched, slots=other.slots, repetend_start=None)
+    before = sched.makespan(spec)
+    from tessel_dsl.search.refine import REFINE_SECONDS
+
+    left = clock.left()
+    sched, better = refine_ends(spec, sched, solver=solver,
+                                time_limit=REFINE_SECONDS if left is None else min(left, REFINE_SECONDS))
+    if better:
+        notes.append(f"re-solving the warmup and cooldown regions for N={n} shortened the makespan "
+                     f"from {before} to {sched.makespan(spec)}")
+    return sched, notes
+
+
+def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto", method: str = "auto",
+           time_limit: float | None = None, progress: Callable[[Progress], None] | None = None) -> SearchResult:
+    """Search a Tessel schedule for `spec` and extend it to `microbatches` (default: the spec's N).
+
+    `solver` is ``auto``, ``cpsat`` or ``z3``; `method` is ``auto``, ``enumerate`` or ``modulo``;
+    with `time_limit` (seconds) the best valid schedule found so far is returned and
+    ``info.proven`` is False, with ``info.note`` saying why.
+    """
+    n = spec.microbatches if microbatches is None else microbatches
+    _check_inputs(spec, n, method)
+    solver = resolve(solver)
+    method = DEFAULT_METHOD if method == "auto" else method
+    clock, counters = _Clock(time_limit), Counters()
+    lower = lower_bound(spec)
+    best: list[int | None] = [None]
+
+    def report(phase: str) -> None:
+        if progress is not None:
+            progress(Progress(phase, lower, counters.period, counters.nr, best[0], counters.tried,
+                              counters.pruned, clock.elapsed()))
+
+    report("bounds")
+    net = [sum(b.memory for b in spec.blocks_on(d)) for d in range(spec.devices)]
+    if any(x > 0 for x in net):
+        # Memory would grow with every repetend, so none can repeat: solve the N micro-batches directly.
+        report("direct solve")
+        slots, proven = direct(spec, n, solver, clock.left())
+        sched = Schedule(n, slots, name="tessel")
+        validate(spec, sched)
+        dev = max(range(spec.devices), key=lambda d: net[d])
+        info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0,
+                          f"a micro-batch leaves {net[dev]} memory unit(s) on device {dev}, so no repetend can "
+                          f"repeat; all {n} micro-batches were solved directly")
+        return SearchResult(sched, info)
+
+    rep, proven, note = find_repetend(spec, solver=solver, method=method, clock=clock, counters=counters,
+                                      report=report)
+    best[0] = rep.period
+    counters.period, counters.nr = rep.period, rep.nr
+    report("completion")
+    warm = solve_warmup(spec, rep, solver=solver, time_limit=clock.left(), effort=COMPLETION_EFFORT)
+    cool = solve_cooldown(spec, rep, solver=solver, time_limit=clock.left(), effort=COMPLETION_EFFORT)
+    if warm is None or cool is None:  # time ran out in the optimising solve: settle for any valid one
+        warm = warm or solve_warmup(spec, rep, objective=Objective.FEASIBLE, solver=solver)
+        cool = cool or solve_cooldown(spec, rep, objective=Objective.FEASIBLE, solver=solver)
+        proven = False
+        note = note or "time limit reached during warmup/cooldown completion"
+    if warm is None or cool is None:
+        raise InfeasibleError(f"the repetend (P={rep.period}, N_R={rep.nr}) has no valid warmup or cooldown "
+                              f"under M={spec.memory}")
+    notes = [note] if note else []
+    if not (warm.proven and cool.proven):
+        notes.append("warmup/cooldown are the best found within the solver budget, not proven time-optimal")
+    parts = Parts(warm.slots, rep, cool.slots)
+    report("extension")
+    if n >= rep.nr:
+        sched = extend(spec, parts, n)
+        report("refinement")
+        sched, how = finish(spec, sched, solver=solver, clock=clock)
+        notes += how
+    else:
+        slots, direct_proven = direct(spec, n, solver, clock.left())
+        proven = proven and direct_proven
+        # Phases stay numbered for N = N_R so the plan can still be extended (see extend.parts_of).
+        sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
+        validate(spec, sched)
+        notes.append(f"N={n} is below the repetend's N_R={rep.nr}: solved the {n} "
+                     "micro-batch(es) directly (the repetend is kept for larger N)")
+    note = "; ".join(notes)
+    if not proven and not note:
+        note = "a solver call hit the time limit"
+    info = SearchInfo(solver, method, proven, clock.elapsed(), lower, rep.period, rep.nr,
+                      counters.tried, counters.pruned, note)
+    report("done")
+    return SearchResult(sched, info)

@@ -1,0 +1,92 @@
+"""Extension (paper §3.3): warmup + the repetend repeated + the shifted cooldown, for any N >= N_R.
+
+Instance ``k`` (``0 <= k <= N - N_R``) runs every repetend block on micro-batch ``r_i + k``; the
+cooldown's micro-batches move up by ``N - N_R``. Only each device's block *order* is taken from
+the parts; the joined order is then compacted (`tessel_dsl.search.compact`), so every block starts as soon
+as its dependencies and its devices allow and the joins leave no avoidable gaps. Memory on a
+device depends only on that order, which is why the limits the parts were solved under still hold.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessel_dsl.search.compact import compact
+from tessel_dsl.errors import InfeasibleError
+from tessel_dsl.ir import Spec
+from tessel_dsl.schedule import Repetend, Schedule, Slot
+from tessel_dsl.validate import validate
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What extension needs: warmup and cooldown numbered for ``N = N_R``, and the repetend."""
+
+    warmup: tuple[Slot, ...]
+    repetend: Repetend
+    cooldown: tuple[Slot, ...]
+
+
+def parts_of(schedule: Schedule) -> Parts:
+    """Recover the parts stored in a searched schedule.
+
+    A schedule for ``N >= N_R`` micro-batches stores its final warmup and cooldown slots (cooldown
+    numbered for N); one for fewer keeps the ``N_R``-micro-batch phases as they are.
+    """
+    rep = schedule.repetend
+    if rep is None:
+        raise InfeasibleError(
+            f"schedule '{schedule.name}' has no repetend, so it cannot be extended to another N "
+            "(only schedules from `tessel search` can)")
+    shift = schedule.microbatches - rep.nr if schedule.microbatches >= rep.nr else 0
+    cooldown = tuple(Slot(s.start, s.block, s.mb - shift) for s in schedule.cooldown)
+    return Parts(schedule.warmup, rep, cooldown)
+
+
+def device_orders(spec: Spec, parts: Parts, n: int) -> list[list[tuple[str, int]]]:
+    """Each device's (block, mb) sequence for N = `n`: warmup, instances, shifted cooldown."""
+    rep = parts.repetend
+    rows: list[list[tuple[str, int]]] = [[] for _ in range(spec.devices)]
+
+    def put(slots, mb_shift: int) -> None:
+        for s in sorted(slots, key=lambda s: s.start):
+            for d in spec.block(s.block).devices:
+                rows[d].append((s.block, s.mb + mb_shift))
+
+    put(parts.warmup, 0)
+    for k in range(n - rep.nr + 1):
+        put(rep.slots, k)
+    put(parts.cooldown, n - rep.nr)
+    return rows
+
+
+def extend(spec: Spec, schedule_or_parts: Schedule | Parts, n: int, *, name: str = "tessel",
+           check: bool = True) -> Schedule:
+    """The schedule for `n` micro-batches, compacted and validated.
+
+    For ``n >= N_R`` no solver runs, so a saved plan is re-extended to any N cheaply. A repetend
+    can't be used for fewer micro-batches than it spans, so ``n < N_R`` is solved directly
+    (time-optimally, all `n` micro-batches at once; small by definition).
+    """
+    parts = schedule_or_parts if isinstance(schedule_or_parts, Parts) else parts_of(schedule_or_parts)
+    rep = parts.repetend
+    if n < 1:
+        raise InfeasibleError(f"the number of micro-batches must be at least 1 (got {n})")
+    if n < rep.nr:
+        from tessel_dsl.search.direct import direct
+
+        slots, _proven = direct(spec, n, "auto", None)
+        out = Schedule(n, slots, name=name, warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
+        if check:
+            validate(spec, out)
+        return out
+    slots = compact(spec, orders=device_orders(spec, parts, n))
+    by_key = {(s.block, s.mb): s for s in slots}
+    warm = tuple(by_key[(s.block, s.mb)] for s in parts.warmup)
+    shift = n - rep.nr
+    cool = tuple(sorted(by_key[(s.block, s.mb + shift)] for s in parts.cooldown))
+    first = min(by_key[(s.block, s.mb)].start for s in rep.slots)
+    out = Schedule(n, slots, name=name, warmup=tuple(sorted(warm)), repetend=rep, cooldown=cool,
+                   repetend_start=first)
+    if check:
+        validate(spec, out)
+    return out

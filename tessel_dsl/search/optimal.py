@@ -1,0 +1,97 @@
+"""TO: the time-optimal schedule of all N micro-batches, found by one solver call.
+
+This is the paper's reference point (§3.2 and §6): every block of every micro-batch becomes one
+task, and the solver minimises the makespan under the dependency, exclusivity and memory rules.
+It is exact but its cost grows exponentially with N, so it is meant for small N: it proves how far
+Tessel's repetend-based schedules are from the optimum.
+
+Two facts keep the model small without losing optimal solutions:
+
+* micro-batches are interchangeable, so some optimal schedule runs each block's instances in
+  micro-batch order (relabel the k-th earliest instance of every block as micro-batch k: each
+  dependency and each device's memory sum is unchanged) -- hence ``(b, n)`` before ``(b, n+1)``;
+* any valid schedule already known (a baseline, or Tessel's) bounds the horizon and warm-starts
+  the solver.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from tessel_dsl.analysis import lower_bound, microbatch_memory
+from tessel_dsl.errors import InfeasibleError, TesselError
+from tessel_dsl.ir import Spec
+from tessel_dsl.plan import SearchInfo
+from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.validate import validate
+
+
+class OptimalTimeout(TesselError):
+    """The time limit ran out before the solver found any schedule."""
+
+
+@dataclass(frozen=True)
+class OptimalResult:
+    """The TO schedule and how it was found (`info.proven` is False when the limit cut it short)."""
+
+    schedule: Schedule
+    info: SearchInfo
+
+
+def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto",
+            time_limit: float | None = 60.0, hint: Schedule | None = None, workers: int | None = None) -> OptimalResult:
+    """Minimise the makespan of `microbatches` micro-batches (default: the spec's N) under M.
+
+    `hint`, if given, must be a valid schedule of the same spec and N; its makespan caps the
+    horizon and its start times seed the solver. Raises InfeasibleError when no schedule fits M
+    and OptimalTimeout when the limit passes with no schedule found.
+    """
+    from tessel_dsl.search.solvers import Precedence, Problem, Task, microbatch_order, resolve, solve
+
+    n = spec.microbatches if microbatches is None else microbatches
+    if n < 1:
+        raise TesselError(f"TO needs at least 1 micro-batch, got {n}")
+    name = resolve(solver)
+    need = microbatch_memory(spec)
+    worst = max(range(spec.devices), key=lambda d: need[d], default=0)
+    if spec.devices and need[worst] > spec.memory:
+        raise InfeasibleError(f"memory M={spec.memory} is below the {need[worst]} units one micro-batch "
+                              f"needs on device {worst}")
+    keys = [(b.name, mb) for mb in range(n) for b in spec.blocks]
+    index = {k: i for i, k in enumerate(keys)}
+    tasks = tuple(Task(k, spec.block(k[0]).time, spec.block(k[0]).devices, spec.block(k[0]).memory) for k in keys)
+    prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)]) for mb in range(n) for e in spec.edges]
+    prec += microbatch_order(index)
+    hints = horizon = None
+    if hint is not None:
+        if hint.microbatches != n:
+            raise TesselError(f"TO hint has {hint.microbatches} micro-batches, expected {n}")
+        # Relabel the hint so that each block's copies run in micro-batch order, as the model
+        # requires (the same relabelling that makes that constraint safe keeps the hint valid).
+        start: dict[tuple[str, int], int] = {}
+        for b in spec.blocks:
+            times = sorted(s.start for s in hint.slots if s.block == b.name)
+            start.update(((b.name, mb), t) for mb, t in enumerate(times))
+        hints = tuple(start[k] for k in keys)
+        horizon = hint.makespan(spec)
+    problem = Problem(tasks, tuple(prec), spec.devices, spec.memory, horizon=horizon, hints=hints)
+    options = {"workers": workers} if workers and name == "cpsat" else {}
+    t0 = time.perf_counter()
+    sol = solve(problem, "makespan", time_limit, solver=name, **options)
+    seconds = time.perf_counter() - t0
+    if sol.status == "infeasible":
+        raise InfeasibleError(f"no schedule of {n} micro-batches fits memory M={spec.memory}")
+    note = "optimum proven" if sol.proven else f"time limit {time_limit:g} s reached: best found, not proven optimal"
+    starts = sol.starts
+    if not sol.ok:
+        if hints is None:
+            raise OptimalTimeout(f"TO found no schedule of {n} micro-batches within {time_limit:g} s ({name})")
+        starts = hints  # the solver did not even get back to the known schedule: report that one
+        note = f"time limit {time_limit:g} s reached before the solver returned a schedule: the hint is the best known"
+    slots = tuple(sorted(Slot(t, b, mb) for (b, mb), t in zip(keys, starts)))
+    schedule = Schedule(microbatches=n, slots=slots, name="to")
+    validate(spec, schedule)
+    lb = lower_bound(spec)
+    info = SearchInfo(solver=name, method="to", proven=sol.proven, seconds=seconds, lower_bound=lb,
+                      period=0, nr=n, note=note)
+    return OptimalResult(schedule, info)

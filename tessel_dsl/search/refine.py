@@ -1,0 +1,103 @@
+"""Finishing touches for one N: the best valid starting point, then a local re-solve of its ends.
+
+A searched schedule for N micro-batches is warmup + repetend copies + cooldown, compacted. Its
+steady state is optimal (or the best found), but the joins at both ends are solved separately from
+each other and from the first and last repetend copies, so for small N the makespan can trail the
+time-optimal one. Two cheap steps close most of that gap:
+
+1. **start from the best valid schedule known**: Tessel's extension and, when they fit the
+   placement and memory M, the hand-written 1F1B and 1F1B+ schedules for the same N
+   (`baselines.build`); a baseline wins only with a strictly shorter makespan;
+2. **re-solve the ends**: every block instance that starts in the head region (up to a couple of
+   periods after the first repetend copy starts) or ends in the tail region becomes free again;
+   the instances in between keep their per-device order (their times may still move). One
+   makespan solve with the current schedule as the hint and a bounded budget; the answer is kept
+   only when it is strictly shorter. For small N the regions cover everything and this is the
+   time-optimal solve, warm-started and budgeted.
+
+The repetend, warmup and cooldown stored in the schedule are left as they were, so the plan still
+re-extends to any N without searching.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tessel_dsl.search.compact import compact
+from tessel_dsl.errors import TesselError
+from tessel_dsl.ir import Spec
+from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, makespan_lower_bound, microbatch_order, solve
+from tessel_dsl.validate import validate
+
+BASELINE_NAMES = ("1f1b", "1f1b+")
+REFINE_EFFORT = 1.0      # deterministic solver budget of one end re-solve (about a second of one core)
+REFINE_SECONDS = 2.0     # and a wall-clock cap on it, for loaded machines
+REFINE_MAX_TASKS = 800   # beyond this many block instances the one-model re-solve is not attempted
+HEAD_PERIODS = 2         # how far past the first repetend copy the head region reaches
+
+
+def best_baseline(spec: Spec, n: int, than: int) -> tuple[Schedule, str] | None:
+    """The applicable baseline with the shortest makespan below `than` (and within M), if any."""
+    from tessel_dsl.search.baselines import build
+
+    best = None
+    for name in BASELINE_NAMES:
+        try:
+            sched = build(spec, name, n)
+        except TesselError:
+            continue  # not applicable to this placement (or not for this memory)
+        if max(sched.peak_memory(spec), default=0) > spec.memory:
+            continue
+        span = sched.makespan(spec)
+        if span < than and (best is None or span < best[0].makespan(spec)):
+            best = (sched, name)
+    return best
+
+
+def _regions(spec: Spec, schedule: Schedule) -> tuple[int, int]:
+    """(head end, tail start): instances starting before the first or ending after the second are free."""
+    rep = schedule.repetend
+    span = schedule.makespan(spec)
+    if rep is None or schedule.repetend_start is None:
+        return span, 0
+    head = schedule.repetend_start + HEAD_PERIODS * rep.period
+    cool = [s.start for s in schedule.cooldown]
+    last_copy = (min(cool) if cool else span) - HEAD_PERIODS * rep.period
+    return head, max(0, last_copy)
+
+
+def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: float | None,
+                effort: float = REFINE_EFFORT) -> tuple[Schedule, bool]:
+    """Re-solve the head and tail of `schedule`; returns (schedule, improved).
+
+    `time_limit` caps the wall-clock time (None: only `effort` bounds it, so the answer is the
+    same on every run).
+    """
+    if time_limit is not None and time_limit <= 0.05 or len(schedule.slots) > REFINE_MAX_TASKS:
+        return schedule, False
+    head, tail = _regions(spec, schedule)
+    slots = sorted(schedule.slots, key=lambda s: (s.start, s.block, s.mb))
+    index = {(s.block, s.mb): i for i, s in enumerate(slots)}
+    tasks = tuple(Task((s.block, s.mb), spec.block(s.block).time, spec.block(s.block).devices,
+                       spec.block(s.block).memory) for s in slots)
+    prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)])
+            for mb in range(schedule.microbatches) for e in spec.edges]
+    prec += microbatch_order(index)
+    fixed_order = [s.start >= head and s.start + spec.block(s.block).time <= tail for s in slots]
+    for d in range(spec.devices):
+        row = [i for i, s in enumerate(slots) if fixed_order[i] and d in spec.block(s.block).devices]
+        prec += [Precedence(a, b) for a, b in zip(row, row[1:])]
+    span = schedule.makespan(spec)
+    problem = Problem(tasks, tuple(prec), spec.devices, capacity=spec.memory, horizon=span,
+                      hints=tuple(s.start for s in slots))
+    if span <= makespan_lower_bound(problem):
+        return schedule, False  # already as short as this problem allows: nothing to re-solve
+    sol = solve(problem, Objective.MAKESPAN, time_limit, solver=solver, effort=effort)
+    if not sol.ok or sol.objective is None or sol.objective >= span:
+        return schedule, False
+    new = compact(spec, [Slot(t, s.block, s.mb) for s, t in zip(slots, sol.starts)])
+    out = replace(schedule, slots=new)
+    validate(spec, out)
+    if out.makespan(spec) >= span:
+        return schedule, False
+    return out, True

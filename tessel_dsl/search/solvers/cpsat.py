@@ -1,0 +1,101 @@
+"""OR-Tools CP-SAT backend: interval variables, one no-overlap per device, a reservoir per device."""
+from __future__ import annotations
+
+from tessel_dsl.search.solvers.problem import Objective, Problem, Solution, makespan_lower_bound
+
+
+def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limit: float | None = None,
+          workers: int = 2, effort: float | None = None) -> Solution:
+    """Solve `problem` with CP-SAT (see `tessel_dsl.search.solvers.problem` for the semantics).
+
+    `effort` caps CP-SAT's deterministic time on one worker, so a budgeted optimisation gives the
+    same answer on every run.
+    """
+    from ortools.sat.python import cp_model
+
+    objective = Objective(objective)
+    m = cp_model.CpModel()
+    horizon = problem.default_horizon()
+    anchor = m.new_int_var(0, horizon, "anchor") if objective is Objective.ANCHOR else None
+    starts: list = []
+    intervals: list = []
+    for i, t in enumerate(problem.tasks):
+        if t.fixed is not None:
+            s = anchor + t.fixed if anchor is not None else m.new_constant(t.fixed)
+        else:
+            s = m.new_int_var(t.release, horizon, f"s{i}")
+        starts.append(s)
+        intervals.append(m.new_fixed_size_interval_var(s, t.duration, f"iv{i}"))
+    for d in range(problem.devices):
+        on = problem.on_device(d)
+        if len(on) > 1:
+            m.add_no_overlap([intervals[i] for i in on])
+    for p in problem.precedences:
+        m.add(starts[p.after] >= starts[p.before] + problem.tasks[p.before].duration + p.lag)
+    if problem.span_limit is not None:
+        for d in range(problem.devices):
+            on = problem.on_device(d)
+            if not on:
+                continue
+            a = m.new_int_var(-horizon, horizon, f"win{d}")
+            for i in on:
+                m.add(starts[i] >= a)
+                m.add(starts[i] + problem.tasks[i].duration <= a + problem.span_limit)
+    if problem.capacity is not None:
+        for d in problem.memory_devices():
+            on = [i for i in problem.on_device(d) if problem.tasks[i].memory]
+            init = problem.init_mem(d)
+            if init > problem.capacity:
+                return Solution("infeasible")
+            times = [starts[i] for i in on]
+            changes = [problem.tasks[i].memory for i in on]
+            if init:
+                # The initial level is an event no later than any task (starts are >= 0).
+                times.append(m.new_constant(-1) if anchor is None else anchor - 1)
+                changes.append(init)
+            low = -sum(abs(c) for c in changes) - 1
+            m.add_reservoir_constraint(times, changes, min(low, 0), max(problem.capacity, 0))
+    makespan = None
+    if objective is Objective.MAKESPAN and problem.tasks:
+        # The bound lets CP-SAT stop (proven) once a schedule reaches it.
+        makespan = m.new_int_var(min(makespan_lower_bound(problem), 2 * horizon), 2 * horizon, "makespan")
+        for s, t in zip(starts, problem.tasks):
+            m.add(makespan >= s + t.duration)
+        m.minimize(makespan)
+    elif anchor is not None:
+        m.minimize(anchor)
+    spread = None
+    if objective is Objective.SPREAD and problem.tasks:
+        skews = [t.skew for t in problem.tasks]
+        lo = m.new_int_var(-2 * horizon + min(skews), 2 * horizon + max(skews), "lo")
+        hi = m.new_int_var(-2 * horizon + min(skews), 2 * horizon + max(skews), "hi")
+        m.add_min_equality(lo, [s + t.skew for s, t in zip(starts, problem.tasks)])
+        m.add_max_equality(hi, [s + t.duration + t.skew for s, t in zip(starts, problem.tasks)])
+        spread = hi - lo
+        m.minimize(spread)
+    if problem.hints is not None:
+        for s, h, t in zip(starts, problem.hints, problem.tasks):
+            if t.fixed is None:
+                m.add_hint(s, h)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = max(1, workers) if effort is None else 1
+    if effort is not None:
+        solver.parameters.max_deterministic_time = effort
+    if time_limit is not None:
+        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+    status = solver.solve(m)
+    if status == cp_model.INFEASIBLE:
+        return Solution("infeasible")
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return Solution("unknown")
+    values = tuple(int(solver.value(s)) for s in starts)
+    proven = status == cp_model.OPTIMAL or objective is Objective.FEASIBLE
+    obj = None
+    if makespan is not None:
+        obj = int(solver.value(makespan))
+    elif anchor is not None:
+        obj = int(solver.value(anchor))
+    elif spread is not None:
+        obj = int(solver.value(spread))
+    return Solution("optimal" if proven else "feasible", values, obj,
+                    int(solver.value(anchor)) if anchor is not None else 0)

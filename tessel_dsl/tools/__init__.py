@@ -1,0 +1,1 @@
+"""Workflows over every layer: spec expectations (`tessel test`), the pytest plugin, profiling."""

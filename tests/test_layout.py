@@ -1,0 +1,142 @@
+"""The package's imports go one way along the data flow, with no cycles.
+
+Layers, lowest first (docs/architecture.md draws them):
+
+    0  core        errors, units, fileio, ir, analysis, schedule, validate, program, serialize, lower, plan
+    1  lang        .tsl text -> Spec            search   Spec -> Schedule (and the baselines)
+    2  report      timelines, traces, tables    interop  torch CSV, profiled .tsl
+    3  simulator   SimPy run of the programs    executor torch.distributed run of the programs
+    4  tools, cli  workflows that join every layer
+
+A module may import its own layer or lower ones, never higher. Within a layer, the two halves
+don't import each other where the data flow says they are independent (lang / search,
+simulator / executor). Function-level imports count too: a lazy import is still a dependency.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# source folder -> installed package name
+ROOTS = {"tessel_dsl": "tessel_dsl", "simulator": "tessel_dsl.simulator", "executor": "tessel_dsl.executor"}
+
+CORE = ("errors", "units", "fileio", "ir", "analysis", "schedule", "validate", "program", "serialize", "lower",
+        "plan", "grammar")
+GROUPS = {"lang": 1, "search": 1, "report": 2, "interop": 2, "simulator": 3, "executor": 3, "tools": 4, "cli": 4}
+INDEPENDENT = ({"lang", "search"}, {"simulator", "executor"})
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in ROOTS.items():
+        for path in (REPO / folder).rglob("*.py"):
+            rel = path.relative_to(REPO / folder).with_suffix("").parts
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            found[".".join((package, *rel))] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every tessel_dsl module that `name` imports, at any depth of its code (imports made only for
+    type checkers, under ``if TYPE_CHECKING:``, never run and are left out)."""
+    is_pkg = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {id(n) for top in ast.walk(tree) if isinstance(top, ast.If)
+                   and isinstance(top.test, ast.Name) and top.test.id == "TYPE_CHECKING"
+                   for stmt in top.body for n in ast.walk(stmt)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                out.add(sub if sub in MODULES else target)
+    return {m for m in out if m in MODULES and m != name}
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _group(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "core"  # the package's own __init__: public names, imported lazily
+    return parts[1] if parts[1] in GROUPS else "core"
+
+
+def _layer(module: str) -> int:
+    return GROUPS.get(_group(module), 0)
+
+
+def test_the_layout_is_what_the_test_knows():
+    """Every module sits in a known group: a new top-level module must be placed on purpose."""
+    strays = [m for m in MODULES if _group(m) == "core" and m != "tessel_dsl" and m.split(".")[1] not in CORE]
+    assert not strays, f"modules outside every layer (add them to a group or to CORE): {strays}"
+
+
+def test_no_import_cycles():
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_imports_go_one_way():
+    upward = [f"{m} (layer {_layer(m)}) imports {t} (layer {_layer(t)})"
+              for m, targets in GRAPH.items() for t in sorted(targets)
+              if m != "tessel_dsl" and _layer(t) > _layer(m)]
+    sideways = [f"{m} imports {t}" for m, targets in GRAPH.items() for t in sorted(targets)
+                if {_group(m), _group(t)} in INDEPENDENT]
+    assert not upward + sideways, "\n".join(upward + sideways)
+
+
+@pytest.mark.parametrize("bad, good", [("tessel_dsl.ir", "tessel_dsl.lang.parser")])
+def test_the_checker_sees_an_upward_import(bad, good):
+    """The walk is not vacuous: the parser really is found importing the IR, one layer down."""
+    assert bad in GRAPH[good]
+    assert _layer(good) > _layer(bad)
