@@ -27,7 +27,7 @@ BRANCHES = {"vocab": 32000, "hidden": 4096, "heads": 32, "layers": 4, "cross": 4
 def costed(spec, times: dict[str, int], memory: dict[str, int] | None = None, capacity: int | None = None):
     """`spec` with block times (and memory deltas) replaced by name pattern: exact name first,
     then the first letter class (``F`` forward stage, ``B`` backward stage)."""
-    from tessel_dsl.ir import Block, Spec
+    from dataclasses import replace
 
     def pick(table, b, default):
         if b.name in table:
@@ -35,9 +35,9 @@ def costed(spec, times: dict[str, int], memory: dict[str, int] | None = None, ca
         key = b.name[0] if b.name[1:].isdigit() else None
         return table.get(key, default)
 
-    blocks = tuple(Block(b.name, b.kind, b.devices, pick(times, b, b.time), pick(memory or {}, b, b.memory), b.forward)
+    blocks = tuple(replace(b, time=pick(times, b, b.time), memory=pick(memory or {}, b, b.memory))
                    for b in spec.blocks)
-    return Spec(spec.name, spec.devices, capacity or spec.memory, blocks, spec.edges, spec.microbatches, spec.mode)
+    return replace(spec, memory=capacity or spec.memory, blocks=blocks)
 
 
 def make_plan(spec, schedule: str, n: int, path: Path, blocking: bool = False, time_limit: float = 120) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.search.baselines import build
+from tessel_dsl.search.baselines import RECORDS, build
 from tessel_dsl.search.baselines.compare import compare, measured_period, steady_bubble
 from tessel_dsl.report.table3 import PAPER, table3
 
@@ -22,7 +22,7 @@ def tessel(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
-BASELINES_ONLY = ("-s", "gpipe", "-s", "1f1b", "-s", "1f1b+", "-s", "chimera")
+BASELINES_ONLY = tuple(arg for b in RECORDS for arg in ("-s", b.name))
 
 
 def test_table_lists_every_baseline_and_marks_na():

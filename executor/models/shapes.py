@@ -7,6 +7,8 @@ down in one place. `head=True` adds the all-device LM head pair (H, HB) to the M
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
 
 ALL = None  # marker for "every device"
@@ -72,7 +74,6 @@ def kshape(devices: int = 4, mode: Mode = Mode.TRAIN, microbatches: int = 4, mem
     fedges = list(zip(a, a[1:])) + list(zip(b, b[1:])) + [(a[-1], "J"), (b[-1], "J")]
     spec = _spec("kshape", devices, memory or (6 if mode is Mode.TRAIN else 4), fwd, fedges, mode, microbatches)
     if mode is Mode.TRAIN:  # the join keeps one unit between J and JB (DESIGN.md)
-        blocks = tuple(Block(x.name, x.kind, x.devices, x.time, {"J": 1, "JB": -1}.get(x.name, x.memory), x.forward)
-                       for x in spec.blocks)
-        spec = Spec(spec.name, spec.devices, spec.memory, blocks, spec.edges, spec.microbatches, spec.mode)
+        blocks = tuple(replace(x, memory={"J": 1, "JB": -1}.get(x.name, x.memory)) for x in spec.blocks)
+        spec = replace(spec, blocks=blocks)
     return spec

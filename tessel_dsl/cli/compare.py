@@ -1,4 +1,4 @@
-"""`tessel compare`: Tessel next to GPipe, 1F1B, 1F1B+, Chimera (and TO) on the same spec."""
+"""`tessel compare`: Tessel next to the baselines of `search.baselines.RECORDS` (and TO) on the same spec."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,10 @@ from typing import Optional
 import typer
 
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
+from tessel_dsl.search.baselines import RECORDS
+
+_SCHEDULE_NAMES = ", ".join(("tessel", *(b.name for b in RECORDS)))
+_BASELINE_HELP = "\n\n".join(f"{b.name}: {b.help}." for b in RECORDS)
 
 
 def _pct(x: float | None) -> str:
@@ -64,15 +68,14 @@ def render_rows(title: str, rows) -> list:
 def _render_table3(rows):
     from rich.table import Table
 
-    from tessel_dsl.report.table3 import COLUMNS
+    from tessel_dsl.report.table3 import COLUMN_TITLES, COLUMNS
 
     table = Table(title="Table 3: steady-state bubble rate of training schedules (measured / paper)",
                   title_justify="left", header_style="bold")
     table.add_column("model")
     table.add_column("placement")
     for c in COLUMNS:
-        table.add_column({"1f1b": "1F1B (V)", "chimera": "Chimera-direct (X)", "1f1b+": "1F1B+",
-                          "tessel": "Tessel"}[c], justify="right")
+        table.add_column(COLUMN_TITLES[c], justify="right")
     for row in rows:
         cells = []
         for cell, paper in zip(row.cells, row.paper):
@@ -100,7 +103,8 @@ def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
     return parse_file(path, sets=sets or None, mode=mode), ()
 
 
-@app.command()
+@app.command(help="Makespan, bubble, steady-state period and peak memory of each schedule, side by "
+             "side.\n\n" + _BASELINE_HELP)
 def compare(
     specs: Optional[list[Path]] = typer.Argument(None, help="Specs (.tsl) or plan files (plan.json) to compare on."),
     microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
@@ -111,7 +115,7 @@ def compare(
     to: bool = typer.Option(False, "--to", help="Also solve the time-optimal schedule (TO; small N only)."),
     to_limit: float = typer.Option(60.0, "--to-limit", min=0.1, help="Time limit of the TO solve, seconds."),
     schedule: Optional[list[str]] = typer.Option(None, "--schedule", "-s",
-                                                 help="Only these: tessel, gpipe, 1f1b, 1f1b+, chimera (repeatable)."),
+                                                 help=f"Only these: {_SCHEDULE_NAMES} (repeatable)."),
     solver: str = typer.Option("auto", "--solver", help="auto, cpsat or z3 (Tessel search and TO)."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.1,
                                                help="Time limit of the Tessel search, seconds."),

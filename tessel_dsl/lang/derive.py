@@ -17,6 +17,8 @@ edges between two written-out blocks are left to the user.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tessel_dsl.errors import Diagnostic
 from tessel_dsl.ir import Block, Edge, Kind
 from tessel_dsl.units import round_units
@@ -55,7 +57,8 @@ def derive_backward(blocks: list[Block], edges: list[Edge], ratio: tuple[str, fl
         time = round_units(f.time * amount, positive=True) if how == "x" else int(amount)
         names.add(bname)
         derived[f.name] = bname
-        new_blocks.append(Block(bname, Kind.BACKWARD, f.devices, time, -f.memory, f.name, f.span))
+        # Built from the forward so that any other field (devices, span, ...) carries over.
+        new_blocks.append(replace(f, name=bname, kind=Kind.BACKWARD, time=time, memory=-f.memory, forward=f.name))
     grad = {**written, **derived}
     forwards = {b.name for b in blocks if b.kind is Kind.FORWARD}
     new_edges = list(edges)
@@ -65,7 +68,7 @@ def derive_backward(blocks: list[Block], edges: list[Edge], ratio: tuple[str, fl
             has_fwd_succ.add(e.src)
             a, b = grad.get(e.src), grad.get(e.dst)
             if a and b and (e.src in derived or e.dst in derived):
-                new_edges.append(Edge(b, a, e.tensor, e.span))
+                new_edges.append(replace(e, src=b, dst=a))
     for f in blocks:
         if f.name in derived and f.name not in has_fwd_succ:
             new_edges.append(Edge(f.name, derived[f.name], None, f.span))
@@ -82,7 +85,6 @@ def project_infer(blocks: list[Block], edges: list[Edge], options: dict) -> tupl
         if b.kind.is_backward:
             continue
         opt = options.get(b.name)
-        kept.append(Block(b.name, b.kind, b.devices, b.time, opt.infer_memory if opt else 0,
-                          None, b.span))
+        kept.append(replace(b, memory=opt.infer_memory if opt else 0, forward=None))
     # Edges touching a backward block go; any other edge stays, so a typo is still reported.
     return kept, [e for e in edges if e.src not in dropped and e.dst not in dropped]

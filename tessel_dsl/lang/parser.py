@@ -7,6 +7,7 @@ into the IR.
 from __future__ import annotations
 
 import importlib.resources
+from dataclasses import replace
 from pathlib import Path
 
 from lark import Lark, Token
@@ -251,7 +252,7 @@ def _link_backwards(ev, blocks: list[Block], diags: list[Diagnostic]) -> list[Bl
         if decl.devices is None:
             f = by_name.get(fwd)
             devices = f.devices if f is not None else ()
-        out[index] = Block(b.name, b.kind, devices, b.time, b.memory, fwd, b.span)
+        out[index] = replace(b, devices=devices, forward=fwd)
     return out
 
 

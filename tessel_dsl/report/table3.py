@@ -15,6 +15,7 @@ from tessel_dsl.search.baselines.compare import Row, baseline_row, tessel_row
 
 MODELS = (("GPT", "mshape"), ("mT5", "nnshape"), ("Flava", "kshape"))
 COLUMNS = ("1f1b", "chimera", "1f1b+", "tessel")
+COLUMN_TITLES = {"1f1b": "1F1B (V)", "chimera": "Chimera-direct (X)", "1f1b+": "1F1B+", "tessel": "Tessel"}
 # Table 3 of the paper, in percent; None is the paper's 'x' (no adaptation to the placement).
 PAPER: dict[str, tuple[float | None, ...]] = {
     "GPT": (0.0, 20.0, 25.0, 0.0),

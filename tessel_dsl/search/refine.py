@@ -29,7 +29,6 @@ from tessel_dsl.schedule import Schedule, Slot
 from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, makespan_lower_bound, microbatch_order, solve
 from tessel_dsl.validate import validate
 
-BASELINE_NAMES = ("1f1b", "1f1b+")
 REFINE_EFFORT = 1.0      # deterministic solver budget of one end re-solve (about a second of one core)
 REFINE_SECONDS = 2.0     # and a wall-clock cap on it, for loaded machines
 REFINE_MAX_TASKS = 800   # beyond this many block instances the one-model re-solve is not attempted
@@ -38,10 +37,10 @@ HEAD_PERIODS = 2         # how far past the first repetend copy the head region 
 
 def best_baseline(spec: Spec, n: int, than: int) -> tuple[Schedule, str] | None:
     """The applicable baseline with the shortest makespan below `than` (and within M), if any."""
-    from tessel_dsl.search.baselines import build
+    from tessel_dsl.search.baselines import RECORDS, build
 
     best = None
-    for name in BASELINE_NAMES:
+    for name in (b.name for b in RECORDS if b.seeds_search):
         try:
             sched = build(spec, name, n)
         except TesselError:

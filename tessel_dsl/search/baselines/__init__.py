@@ -4,10 +4,15 @@
 baseline that does not fit the placement raises `NotApplicable` (a TesselError), which reports
 show as "n/a". GPipe ignores memory M by definition: its schedule is validated without the memory
 check, and callers compare `peak_memory` with M to mark the overflow.
+
+Each baseline is one `Baseline` record in `RECORDS`; the registry, the memory flag, the CLI's
+help text and the tests' parametrisation are all read from there, so a new baseline is its
+order function plus one record.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tessel_dsl.search.compact import compact
 from tessel_dsl.ir import Spec
@@ -17,27 +22,46 @@ from tessel_dsl.search.baselines.chain import NotApplicable
 from tessel_dsl.search.baselines.classic import chimera_orders, gpipe_orders, one_f_one_b_orders, one_f_one_b_plus_orders
 from tessel_dsl.search.baselines.listsched import Key
 
-BASELINES: dict[str, Callable[[Spec, int], list[list[Key]]]] = {
-    "gpipe": gpipe_orders,
-    "1f1b": one_f_one_b_orders,
-    "1f1b+": one_f_one_b_plus_orders,
-    "chimera": chimera_orders,
-}
 
+@dataclass(frozen=True)
+class Baseline:
+    """One hand-written schedule: its name (as `-s NAME` and in reports), how it orders each
+    device's blocks, and what it promises."""
+
+    name: str
+    orders: Callable[[Spec, int], list[list[Key]]]
+    help: str  # one line, for `tessel compare --help` and the docs
+    # May exceed memory M by design: validated without the memory check, overflow marked in reports.
+    ignores_memory: bool = False
+    # Tried by the search's finishing step (`search.refine.best_baseline`) as a schedule to beat.
+    seeds_search: bool = False
+
+
+RECORDS: tuple[Baseline, ...] = (
+    Baseline("gpipe", gpipe_orders, "all forwards, then all backwards; ignores M", ignores_memory=True),
+    Baseline("1f1b", one_f_one_b_orders, "one forward, one backward on a chain of stages", seeds_search=True),
+    Baseline("1f1b+", one_f_one_b_plus_orders, "1F1B with multi-device blocks pinned into the chain",
+             seeds_search=True),
+    Baseline("chimera", chimera_orders, "Chimera-direct, two chains run in opposite directions"),
+)
+
+BY_NAME: dict[str, Baseline] = {b.name: b for b in RECORDS}
+BASELINES: dict[str, Callable[[Spec, int], list[list[Key]]]] = {b.name: b.orders for b in RECORDS}
 # Baselines that may exceed memory M by design (the report marks it instead of hiding it).
-IGNORES_MEMORY = frozenset({"gpipe"})
+IGNORES_MEMORY = frozenset(b.name for b in RECORDS if b.ignores_memory)
 
-__all__ = ["BASELINES", "IGNORES_MEMORY", "NotApplicable", "build"]
+__all__ = ["BASELINES", "BY_NAME", "Baseline", "IGNORES_MEMORY", "NotApplicable", "RECORDS", "build"]
 
 
 def build(spec: Spec, name: str, microbatches: int | None = None) -> Schedule:
     """The baseline `name` for `microbatches` (default: the spec's N), compacted and validated."""
-    if name not in BASELINES:
-        raise NotApplicable(f"unknown baseline {name!r} (known: {', '.join(BASELINES)})")
+    if name not in BY_NAME:
+        raise NotApplicable(f"unknown baseline {name!r} (known: {', '.join(BY_NAME)})")
     n = spec.microbatches if microbatches is None else microbatches
     if n < 1:
         raise NotApplicable(f"{name}: the number of micro-batches must be at least 1, got {n}")
-    orders = BASELINES[name](spec, n)
+    record = BY_NAME[name]
+    orders = record.orders(spec, n)
     schedule = Schedule(microbatches=n, slots=compact(spec, orders=orders), name=name)
-    validate(spec, schedule, check_memory=name not in IGNORES_MEMORY)
+    validate(spec, schedule, check_memory=not record.ignores_memory)
     return schedule
