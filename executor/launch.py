@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tessel_dsl.errors import ExecutionError, PlanError, TesselError
 from tessel_dsl.plan import Plan, load_plan, plan_to_json
+from tessel_dsl.plan_check import validate_plan
 from tessel_dsl.program import Op
 
 from tessel_dsl.executor.rank import Channel, Options, rank_main
@@ -33,10 +34,15 @@ _SEVERITY = {"raised": 0, "stalled": 1, "died": 2, "comm": 3}
 
 
 def check_plan(plan: Plan, nproc: int | None = None) -> int:
-    """The world size the plan needs; raises PlanError when the plan cannot run."""
+    """The world size the plan needs; raises PlanError when the plan cannot run.
+
+    The whole plan is validated first (`tessel_dsl.plan_check`), so a Plan built or edited in
+    Python is held to the same rules as a plan file: nothing starts for a plan that would compute
+    the wrong thing."""
     spec = plan.spec
     if not plan.programs:
         raise PlanError(f"plan {spec.name!r} has no programs: lower it first (tessel search writes them)")
+    validate_plan(plan, f"plan {spec.name!r}")
     if len(plan.programs) != spec.devices or any(p.device != d for d, p in enumerate(plan.programs)):
         raise PlanError(f"plan {spec.name!r}: expected one program per device 0..{spec.devices - 1}")
     if nproc is not None and nproc != spec.devices:

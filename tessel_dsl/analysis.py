@@ -72,3 +72,33 @@ def max_inflight(spec: Spec) -> int:
     if not limits:
         return max(1, len(spec.blocks))
     return max(0, min(limits))
+
+
+def forwards_not_ancestors(spec: Spec) -> list:
+    """Backward-like blocks whose own forward is not among their ancestors (dependency order).
+
+    A backward consumes its forward's activations, so a schedule that runs it first is wrong
+    however good it looks. Each block carries the set of forwards above it as an integer bitmask;
+    a mask is dropped once its last successor has read it, so a long chain keeps only a few alive
+    and the pass stays near-linear in the size of the graph.
+    """
+    backs = [b for b in spec.blocks if b.kind.is_backward and b.forward in spec.by_name]
+    if not backs:
+        return []
+    bit = {b.name: 1 << i for i, b in enumerate(b for b in spec.blocks if b.kind.value == "forward")}
+    left = {b.name: len(spec.succs[b.name]) for b in spec.blocks}
+    wanted = {b.name: bit.get(b.forward, 0) for b in backs}
+    masks: dict[str, int] = {}
+    bad: set[str] = set()
+    for name in spec.topo_order:
+        m = 0
+        for p in spec.preds[name]:
+            m |= masks[p] | bit.get(p, 0)
+            left[p] -= 1
+            if left[p] == 0:
+                del masks[p]
+        if name in wanted and not (wanted[name] and m & wanted[name]):
+            bad.add(name)
+        if left[name]:
+            masks[name] = m
+    return [b for b in backs if b.name in bad]

@@ -14,6 +14,7 @@ from pathlib import Path
 from tessel_dsl.errors import PlanError
 from tessel_dsl.fileio import write_text_atomic
 from tessel_dsl.ir import Spec
+from tessel_dsl.limits import MAX_PLAN_BYTES
 from tessel_dsl.program import Program
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.serialize import from_json, to_json
@@ -52,15 +53,19 @@ def plan_to_json(plan: Plan) -> dict:
 
 
 def plan_from_json(data: object, origin: str = "<plan>") -> Plan:
+    """Decode and validate a plan (`tessel_dsl.plan_check`): a PlanError names the first problem."""
+    from tessel_dsl.plan_check import validate_plan
+
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise PlanError(f"{origin}: not a Tessel plan (missing \"schema\": \"{SCHEMA}\")")
     if data.get("version") != VERSION:
         raise PlanError(f"{origin}: plan version {data.get('version')!r} is not supported (this tool reads version {VERSION})")
     body = {k: v for k, v in data.items() if k not in ("schema", "version")}
     try:
-        return from_json(Plan, body, "plan")
+        plan = from_json(Plan, body, "plan")
     except PlanError as e:
         raise PlanError(f"{origin}: {e}") from None
+    return validate_plan(plan, origin)
 
 
 def write_json_atomic(path: str | os.PathLike, data: object) -> None:
@@ -74,16 +79,36 @@ def save_plan(plan: Plan, path: str | os.PathLike) -> None:
 
 
 def load_plan(path: str | os.PathLike) -> Plan:
-    """Read a plan file; a missing, malformed or wrong-version file raises PlanError."""
+    """Read and validate a plan file; a missing, oversized, malformed, wrong-version or inconsistent
+    file raises PlanError naming the problem (see `tessel_dsl.plan_check`)."""
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise PlanError(f"{path}: cannot read plan: {e.strerror}") from None
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_PLAN_BYTES + 1)
+    except (OSError, ValueError) as e:
+        raise PlanError(f"{path}: cannot read plan: {getattr(e, 'strerror', None) or e}") from None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanError(f"{path}: a plan file is at most {MAX_PLAN_BYTES >> 20} MiB")
     try:
-        data = json.loads(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PlanError(f"{path}: not a plan: byte {e.start} is not UTF-8 text") from None
+    return plan_from_json(parse_plan_json(text, str(path)), str(path))
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number a plan may hold")
+
+
+def parse_plan_json(text: str, origin: str) -> object:
+    """JSON text -> data, refusing NaN/Infinity, integers too long to convert and deep nesting."""
+    try:
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        raise PlanError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
-    return plan_from_json(data, str(path))
+        raise PlanError(f"{origin}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise PlanError(f"{origin}: invalid plan: JSON nested too deeply") from None
+    except ValueError as e:  # NaN/Infinity, or an integer beyond Python's digit limit
+        raise PlanError(f"{origin}: invalid plan: {e}") from None
 
 
 def make_plan(spec: Spec, schedule: Schedule, info: SearchInfo | None = None, *, blocking: bool = False) -> Plan:

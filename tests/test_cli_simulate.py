@@ -80,7 +80,9 @@ def test_deadlocked_plan_exits_1_and_explains(capsys, tmp_path):
     progs = list(lower(spec, sch))
     acts = list(progs[1].actions)
     i, j = [k for k, a in enumerate(acts) if a.op is Op.SEND and a.peers == (2,)][:2]
-    acts[i], acts[j] = acts[j], acts[i]
+    # Delay the first send until after the second: each still follows its compute, so the plan
+    # passes loading, but device 2 receives in the other order.
+    acts.insert(j, acts.pop(i))
     progs[1] = Program(1, tuple(acts))
     path = tmp_path / "bad.json"
     save_plan(Plan(spec, sch, tuple(progs)), path)

@@ -31,7 +31,12 @@ def test_spec_round_trips(name, mode, d):
 
 def _plan(tmp_path):
     spec = parse_file(SPECS / "vshape.tsl")
-    schedule = Schedule(1, tuple(Slot(i, n, 0) for i, n in enumerate(spec.topo_order)))
+    # One micro-batch, blocks one after another in dependency order: a valid schedule.
+    slots, t = [], 0
+    for n in spec.topo_order:
+        slots.append(Slot(t, n, 0))
+        t += spec.block(n).time
+    schedule = Schedule(1, tuple(slots))
     path = tmp_path / "plan.json"
     save_plan(Plan(spec, schedule), path)
     return spec, path

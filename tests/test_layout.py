@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 # source folder -> installed package name
 ROOTS = {"tessel_dsl": "tessel_dsl", "simulator": "tessel_dsl.simulator", "executor": "tessel_dsl.executor"}
 
-CORE = ("errors", "units", "fileio", "ir", "analysis", "schedule", "validate", "program", "serialize", "lower",
-        "plan", "grammar")
+CORE = ("errors", "units", "fileio", "limits", "ir", "analysis", "schedule", "validate", "program", "serialize", "lower",
+        "plan", "plan_check", "grammar")
 GROUPS = {"lang": 1, "search": 1, "report": 2, "interop": 2, "simulator": 3, "executor": 3, "tools": 4, "cli": 4}
 INDEPENDENT = ({"lang", "search"}, {"simulator", "executor"})
 

@@ -11,8 +11,13 @@ import typer
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
-def _plan_for(target: Path, set_: list[str] | None, microbatches: Optional[int], blocking: bool):
-    """A plan from a .tsl spec (parsed and searched here) or a plan file (re-lowered if needed)."""
+def _plan_for(target: Path, set_: list[str] | None, microbatches: Optional[int], blocking: Optional[bool]):
+    """A plan from a .tsl spec (parsed and searched here) or a plan file.
+
+    A plan file runs its own programs. They are lowered again only when asked: `blocking` given and
+    different from how the plan was lowered, or a new micro-batch count (a new schedule, lowered in
+    the plan's own mode unless `blocking` says otherwise). A plan without programs needs the mode.
+    """
     from tessel_dsl.plan import Plan, load_plan, make_plan
 
     if target.suffix == ".tsl":
@@ -21,18 +26,25 @@ def _plan_for(target: Path, set_: list[str] | None, microbatches: Optional[int],
 
         spec = parse_file(target, sets=parse_sets(set_) or None)
         result = search(spec, microbatches=microbatches)
-        return make_plan(spec, result.schedule, result.info, blocking=blocking)
+        return make_plan(spec, result.schedule, result.info, blocking=bool(blocking))
     plan = load_plan(target)
     sched = plan.schedule
+    if not plan.programs and blocking is None:
+        raise typer.BadParameter(f"{target} holds no programs; pass --blocking or --non-blocking to lower its "
+                                 "schedule", param_hint="--blocking/--non-blocking")
+    have = plan.programs[0].blocking if plan.programs else None
+    want = have if blocking is None else blocking
     if microbatches is not None and microbatches != sched.microbatches:
         from tessel_dsl.search.extend import extend
 
         sched = extend(plan.spec, sched, microbatches, name=sched.name)
-    have_blocking = bool(plan.programs) and plan.programs[0].blocking
-    if sched is not plan.schedule or have_blocking != blocking or not plan.programs:
+    if sched is not plan.schedule or want != have:
         from tessel_dsl.lower import lower
 
-        plan = Plan(plan.spec, sched, lower(plan.spec, sched, blocking=blocking), plan.search,
+        why = f"N={sched.microbatches}" if sched is not plan.schedule else "as asked"
+        err_console.print(f"lowering {plan.schedule.name} again, {'blocking' if want else 'non-blocking'} ({why})",
+                          highlight=False)
+        plan = Plan(plan.spec, sched, lower(plan.spec, sched, blocking=want), plan.search,
                     sched.peak_memory(plan.spec))
     return plan
 
@@ -44,7 +56,9 @@ def run(
     model_arg: Optional[list[str]] = typer.Option(None, "--model-arg", help="K=V passed to the factory"),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="ranks to start (default: the plan's devices)"),
     backend: Optional[str] = typer.Option(None, "--backend", help="gloo or nccl (default: nccl with enough GPUs)"),
-    blocking: bool = typer.Option(False, "--blocking", help="blocking send/recv, for comparison"),
+    blocking: Optional[bool] = typer.Option(None, "--blocking/--non-blocking",
+                                            help="send/recv mode; a plan file runs as it was lowered unless "
+                                                 "this asks for the other mode (then it is lowered again)"),
     microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", help="micro-batches per iteration"),
     steps: int = typer.Option(3, "--steps", help="measured iterations"),
     warmup: int = typer.Option(1, "--warmup", help="unmeasured iterations first"),

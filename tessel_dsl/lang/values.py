@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from tessel_dsl.lang import syntax as A
 from tessel_dsl import units as U
 from tessel_dsl.errors import Diagnostic, Location
-
-MAX_DEVICES = 4096
-MAX_BLOCKS = 100_000
+from tessel_dsl.limits import MAX_BLOCKS, MAX_DEVICES  # noqa: F401  (re-exported to the evaluator)
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 

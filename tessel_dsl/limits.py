@@ -1,0 +1,19 @@
+"""Size limits shared by the language, plan loading and the tools that run plans.
+
+Every limit is checked before the work it bounds starts, so an oversized input is a clear error
+at once rather than minutes of work or a memory blow-up.
+"""
+from __future__ import annotations
+
+MAX_DEVICES = 4096
+MAX_BLOCKS = 100_000
+# Micro-batches of one schedule, and block instances (blocks x micro-batches) of one plan: the
+# simulator and the executor handle about a million actions in seconds; beyond that a run would
+# take minutes without saying so.
+MAX_MICROBATCHES = 100_000
+MAX_INSTANCES = 1_000_000
+# Integer times, memory deltas and start times of a plan: far above any real schedule, low enough
+# that sums over a whole plan stay exact in a float and never overflow a conversion.
+MAX_QUANTITY = 2 ** 40
+# Plan files: bigger than any plan within MAX_INSTANCES, small enough to parse in well under 1 GB.
+MAX_PLAN_BYTES = 256 * 1024 * 1024
