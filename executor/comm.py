@@ -40,11 +40,16 @@ class MessageManager:
     tag_of: dict[str, int]
     rank: int = 0
     links: dict[tuple[int, int], object] = field(default_factory=dict)
+    # Global rank of each plan device: replica k of a data-parallel run holds devices at other ranks.
+    ranks: tuple[int, ...] | None = None
     recvs: dict[tuple[str, int], _Pending] = field(default_factory=dict)
     sends: list[_Pending] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    def _global(self, device: int) -> int:
+        return self.ranks[device] if self.ranks is not None else device
 
     def _tag(self, block: str, mb: int, i: int) -> int:
         # Unique per tensor of a message; kept below 2**31 for gloo.
@@ -62,7 +67,7 @@ class MessageManager:
         with _on(self.stream):
             for p in peers:
                 group = self.links.get((self.rank, p))
-                works = [dist.isend(t, p, group=group, tag=self._tag(block, mb, i)) for i, t in enumerate(tensors)]
+                works = [dist.isend(t, self._global(p), group=group, tag=self._tag(block, mb, i)) for i, t in enumerate(tensors)]
                 self.sends.append(_Pending(works, tensors, p))
 
     def post_recv(self, block: str, mb: int, metas: tuple[TensorMeta, ...], peer: int) -> None:
@@ -70,7 +75,7 @@ class MessageManager:
         with _on(self.stream):
             bufs = tuple(torch.empty(m.shape, dtype=m.dtype, device=self.device) for m in metas)
             group = self.links.get((peer, self.rank))
-            works = [dist.irecv(b, peer, group=group, tag=self._tag(block, mb, i)) for i, b in enumerate(bufs)]
+            works = [dist.irecv(b, self._global(peer), group=group, tag=self._tag(block, mb, i)) for i, b in enumerate(bufs)]
         self.recvs[(block, mb)] = _Pending(works, bufs, peer)
 
     def wait_recv(self, block: str, mb: int) -> tuple[torch.Tensor, ...]:

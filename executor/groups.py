@@ -22,15 +22,19 @@ def device_sets(spec: Spec) -> list[tuple[int, ...]]:
     return sorted({tuple(sorted(b.devices)) for b in spec.blocks if b.is_multi_device})
 
 
-def make_groups(spec: Spec, backend: str | None = None) -> dict[tuple[int, ...], object]:
-    """One sub-group per multi-device block's device set (the default group for all devices)."""
+def make_groups(spec: Spec, backend: str | None = None,
+                ranks: tuple[int, ...] | None = None) -> dict[tuple[int, ...], object]:
+    """One sub-group per multi-device block's device set (the default group for all devices),
+    keyed by plan devices; `ranks` maps plan devices to global ranks (one replica of several)."""
     world = dist.get_world_size()
+    glob = ranks or tuple(range(world))
     out: dict[tuple[int, ...], object] = {}
-    for ranks in device_sets(spec):
-        if list(ranks) == list(range(world)):
-            out[ranks] = dist.group.WORLD
+    for devs in device_sets(spec):
+        members = [glob[d] for d in devs]
+        if members == list(range(world)):
+            out[devs] = dist.group.WORLD
         else:
-            out[ranks] = dist.new_group(list(ranks), backend=backend)
+            out[devs] = dist.new_group(members, backend=backend)
     return out
 
 
@@ -55,15 +59,18 @@ def directions(programs: tuple[Program, ...]) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def make_links(programs: tuple[Program, ...], backend: str | None = None) -> dict[tuple[int, int], object]:
+def make_links(programs: tuple[Program, ...], backend: str | None = None,
+               ranks: tuple[int, ...] | None = None) -> dict[tuple[int, int], object]:
     """One two-rank group per direction of every talking pair.
 
     NCCL runs the operations of one communicator in the order they were posted. Receives are
     posted ahead of time, so with one communicator per pair a receive from the peer could sit in
     front of a send the peer is waiting for. With one communicator per direction, each carries
-    only one sender's messages, in the order both sides post them (checked by `check_plan`)."""
+    only one sender's messages, in the order both sides post them (checked by `check_plan`).
+    Keys are plan devices; `ranks` maps them to global ranks (one replica of several)."""
     opts = _link_options(backend)
-    return {(s, d): dist.new_group([s, d], backend=backend, pg_options=opts) for s, d in directions(programs)}
+    g = ranks or tuple(range(max((max(p) for p in directions(programs)), default=-1) + 1))
+    return {(s, d): dist.new_group([g[s], g[d]], backend=backend, pg_options=opts) for s, d in directions(programs)}
 
 
 P2P_MAX_CTAS = "1"  # measured in bench/RESULTS.md ("NCCL thread blocks of the links")
@@ -84,14 +91,16 @@ def _link_options(backend: str | None):
     return opts
 
 
-def warm_up_links(links: dict[tuple[int, int], object], rank: int, device: torch.device) -> None:
+def warm_up_links(links: dict[tuple[int, int], object], rank: int, device: torch.device,
+                  ranks: tuple[int, ...] | None = None) -> None:
     """Move one element over every direction, in the same order everywhere, so communicators are
-    created while nothing else is in flight."""
+    created while nothing else is in flight. `rank` is a plan device, `ranks` as in `make_links`."""
+    g = (lambda x: ranks[x]) if ranks is not None else (lambda x: x)
     for (s, d), group in sorted(links.items()):
         if rank == s:
-            dist.isend(torch.zeros(1, device=device), d, group=group).wait()
+            dist.isend(torch.zeros(1, device=device), g(d), group=group).wait()
         elif rank == d:
-            dist.irecv(torch.empty(1, device=device), s, group=group).wait()
+            dist.irecv(torch.empty(1, device=device), g(s), group=group).wait()
         if rank in (s, d) and device.type == "cuda":
             torch.cuda.synchronize(device)
 

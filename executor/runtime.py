@@ -40,14 +40,15 @@ class RankRunner:
     """Executes `plan.programs[rank]` with the blocks of `stage`."""
 
     def __init__(self, plan: Plan, stage: StageModel, rank: int, device: torch.device, timeout: float,
-                 progress: Callable[[int, int, str], None] | None = None, links: dict | None = None):
+                 progress: Callable[[int, int, str], None] | None = None, links: dict | None = None,
+                 ranks: tuple[int, ...] | None = None):
         self.plan, self.spec, self.stage, self.rank, self.device = plan, plan.spec, stage, rank, device
         self.program = plan.programs[rank]
         self.train = plan.spec.mode is Mode.TRAIN
         self.scale = 1.0 / max(1, plan.schedule.microbatches)
         self.progress = progress or (lambda *_: None)
         tags = {b.name: i for i, b in enumerate(plan.spec.blocks)}
-        self.comm = MessageManager(device, timeout, tags, rank, links or {})
+        self.comm = MessageManager(device, timeout, tags, rank, links or {}, ranks)
         self.uses = self._count_uses()
 
     # -- reading the program ---------------------------------------------------------------

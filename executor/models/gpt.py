@@ -25,7 +25,7 @@ from tessel_dsl.ir import Spec
 
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
 from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, copy_to_group,
-                     forward_blocks, full_shards, lm_loss, mb_generator, scale_init, seeded, shard_range,
+                     forward_blocks, full_shards, lm_loss, mb_generator, scale_init, seeded, shard_range, split_evenly,
                      stage_layers, vocab_parallel_cross_entropy)
 
 
@@ -58,12 +58,30 @@ class GPT(nn.Module):
         seq = seq.to(device)
         return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
 
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits of a ``[batch, seq]`` token batch (what `Pipeline` binds blocks of by name)."""
+        x = self.embed(tokens) + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))
+
     def loss(self, mb: int) -> torch.Tensor:
         tokens, labels = self.batch(mb, self.embed.weight.device)
         x = self.embed(tokens) + self.pos.weight
         for layer in self.layers:
             x = layer(x)
         return lm_loss(self.head(self.norm(x)).float(), labels)
+
+
+def blocks_by_name(spec: Spec, layers: int) -> dict[str, list[str]]:
+    """The submodules of `GPT` each forward block of an [E] -> stages -> [H] placement holds, for
+    `Pipeline`: the layers split evenly over the stages, embedding and head where `factory` puts them."""
+    emb, stages, head = roles(spec)
+    out: dict[str, list[str]] = {s: [f"layers.{j}" for j in part] for s, part in zip(stages, split_evenly(layers, len(stages)))}
+    first, last = emb or stages[0], head or stages[-1]
+    out[first] = ["embed", "pos"] + (out[first] if first != emb else [])
+    out[last] = (out[last] if last != head else []) + ["norm", "head"]
+    return out
 
 
 def roles(spec: Spec) -> tuple[str | None, list[str], str | None]:

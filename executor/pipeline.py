@@ -1,0 +1,429 @@
+"""`Pipeline`: train (or run) your own `nn.Module` with a plan, from your own loop.
+
+```
+pipe = Pipeline(plan, model, loss_fn, blocks={"E": ["embed"], "F0": ["layers.0", "layers.1"], ...})
+opt = torch.optim.AdamW(pipe.parameters())
+for tokens, labels in loader:
+    loss = pipe.step(tokens, labels)     # the plan's N micro-batches, this rank's program
+    opt.step(); opt.zero_grad()
+```
+
+Run one process per rank (``torchrun``, or `tessel_dsl.executor.ranks.run_ranks`). With R x D
+ranks for a D-device plan, ranks form a 2-D DeviceMesh ``("dp", "pp")``: replica k runs the plan on
+ranks ``k*D .. k*D+D-1``, and after each step every parameter's gradient is averaged over the
+replicas that hold it. Every rank of a replica must be given the same batch (each replica its own).
+
+The step runs exactly the plan's program of this rank with `RankRunner`: the loss block's backward
+is seeded with 1/N, so the gradients equal those of the mean loss over the N micro-batches, as one
+process accumulating over the same micro-batches would get them. A multi-device block is run whole
+on each of its devices (replicated parameters, identical gradients on every copy).
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from tessel_dsl.errors import ExecutionError
+from tessel_dsl.ir import Mode
+from tessel_dsl.plan import Plan, plan_to_json
+
+from tessel_dsl.executor.bind import Binding, Trace
+from tessel_dsl.executor.model_api import TensorMeta, forward_preds, forward_succs
+
+CHECKPOINT_INFO = "tessel-plan.json"
+
+
+class Pipeline:
+    """This rank's part of `model` under `plan` (see the module docstring).
+
+    `blocks` maps every forward block of the spec to submodule names of `model`, in the order the
+    forward calls them. `model` may be built on the meta device: then `init(fqn, module)` is
+    called for each local submodule after it is allocated on this rank's device (and for
+    submodules outside every block that hold buffers), to fill in its weights. `replicas` (or a
+    2-D `mesh` named ``("dp", "pp")``) sets data parallelism; by default every rank the world has
+    beyond the plan's devices is a replica.
+    """
+
+    def __init__(self, plan: Plan | str | os.PathLike, model: nn.Module, loss_fn: Callable | None = None, *,
+                 blocks: dict[str, list[str]], replicas: int | None = None, mesh=None,
+                 device: torch.device | str | None = None, init: Callable[[str, nn.Module], None] | None = None,
+                 timeout: float = 300.0):
+        from tessel_dsl.executor.launch import check_plan, load
+
+        self.plan = load(plan)
+        check_plan(self.plan)
+        spec = self.plan.spec
+        self.train = spec.mode is Mode.TRAIN
+        if self.train and loss_fn is None:
+            raise ExecutionError("a training plan needs loss_fn(output, *target)")
+        self.loss_fn = loss_fn if self.train else None
+        self.chain = _chain(spec)
+        self.blocks = {b: list(f) for b, f in blocks.items()}
+        _check_blocks(spec, model, self.chain, self.blocks)
+        self.devices, self.n = spec.devices, self.plan.schedule.microbatches
+        self._join(replicas, mesh, device, timeout)
+        self.model = model
+        self.binding = Binding(model, self.blocks, self.chain)
+        self.binding.device = self.device
+        here = [b for b in self.chain if self.pp_rank in spec.block(b).devices]
+        self._materialise(here, init)
+        self.stage = _Stage(self, here)
+        self._traces: dict[Any, Trace] = {}
+        self.trace: Trace | None = None
+        self.iteration = 0
+        self._make_runner(timeout)
+
+    # -- setting up -------------------------------------------------------------------------
+    def _join(self, replicas, mesh, device, timeout) -> None:
+        """Join (or reuse) the process group and place this rank in the (dp, pp) mesh."""
+        if not dist.is_initialized():
+            if "RANK" not in os.environ:
+                raise ExecutionError("no process group: start the ranks with torchrun or "
+                                     "tessel_dsl.executor.ranks.run_ranks")
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+        world, D = dist.get_world_size(), self.devices
+        if mesh is not None:
+            shape = tuple(mesh.mesh.shape)
+            if len(shape) != 2 or shape[1] != D:
+                raise ExecutionError(f"the mesh must be (replicas, {D}) for a {D}-device plan, got {shape}")
+            replicas = shape[0]
+        if replicas is None:
+            if world % D:
+                raise ExecutionError(f"the plan places blocks on {D} devices, which does not divide the "
+                                     f"world of {world} ranks into replicas")
+            replicas = world // D
+        if replicas * D != world:
+            raise ExecutionError(f"{D} devices x {replicas} replicas = {D * replicas} ranks, "
+                                 f"but the world has {world}")
+        self.replicas, self.rank = replicas, dist.get_rank()
+        self.replica, self.pp_rank = divmod(self.rank, D)
+        self.backend = dist.get_backend()
+        if device is None:
+            if self.backend == "nccl":
+                device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", self.rank % torch.cuda.device_count())))
+                torch.cuda.set_device(device)
+            else:
+                device = torch.device("cpu")
+        self.device = torch.device(device)
+        if mesh is None:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh(self.device.type, (replicas, D), mesh_dim_names=("dp", "pp"))
+        self.mesh = mesh
+        self.ranks = tuple(int(r) for r in mesh.mesh[self.replica].tolist())
+        self.dp_group = mesh.get_group(0) if replicas > 1 else None
+
+    def _materialise(self, here: list[str], init) -> None:
+        """Local submodules onto the device (allocated and `init`-ed when on meta), the others'
+        parameters onto meta, so a rank holds only its own part of the model."""
+        local = {f for b in here for f in self.blocks[b]}
+        self.local = [f for b in here for f in self.blocks[b]]
+        for fqn, mod in self.binding.modules.items():
+            if fqn in local:
+                if _on_meta(mod):
+                    if init is None:
+                        raise ExecutionError(f"{fqn!r} is on the meta device: pass init(fqn, module) to fill it")
+                    mod.to_empty(device=self.device)
+                    with torch.no_grad():
+                        init(fqn, mod)
+                else:
+                    mod.to(self.device)
+            else:
+                mod.to("meta")
+        mapped = set(self.binding.modules)
+        for fqn, mod in self.model.named_modules():
+            if any(fqn == m or fqn.startswith(m + ".") for m in mapped):
+                continue
+            own = list(mod.named_buffers(recurse=False))
+            if not own:
+                continue
+            if any(b.is_meta for _, b in own):
+                if init is None:
+                    raise ExecutionError(f"{fqn!r} holds buffers on the meta device: pass init(fqn, module)")
+                for n, b in own:
+                    mod._buffers[n] = torch.empty_like(b, device=self.device)
+                with torch.no_grad():
+                    init(fqn, mod)
+            else:
+                for n, b in own:
+                    mod._buffers[n] = b.to(self.device)
+
+    def _make_runner(self, timeout: float) -> None:
+        from tessel_dsl.executor.groups import make_links, warm_up_links
+        from tessel_dsl.executor.runtime import RankRunner
+
+        links = {}
+        # Every rank creates every replica's links, in one order: new_group is collective.
+        for k in range(self.replicas):
+            made = make_links(self.plan.programs, self.backend, tuple(int(r) for r in self.mesh.mesh[k].tolist()))
+            if k == self.replica:
+                links = made
+        warm_up_links(links, self.pp_rank, self.device, self.ranks)
+        self.runner = RankRunner(self.plan, self.stage, self.pp_rank, self.device, timeout, None, links, self.ranks)
+
+    # -- what the user sees -----------------------------------------------------------------
+    def parameters(self) -> Iterator[nn.Parameter]:
+        for _, p in self.named_parameters():
+            yield p
+
+    def named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """This rank's parameters under their names in the full model."""
+        seen = set()
+        for fqn in self.local:
+            for n, p in self.binding.modules[fqn].named_parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield f"{fqn}.{n}", p
+
+    def step(self, inputs, target=None) -> float:
+        """One training step over the plan's N micro-batches; returns the mean loss (over
+        micro-batches and replicas) on every rank. Gradients accumulate into ``.grad``; the
+        optimizer step is yours."""
+        if not self.train:
+            raise ExecutionError("this plan is for inference: use forward(inputs)")
+        if target is None and isinstance(inputs, (tuple, list)) and len(inputs) == 2:
+            inputs, target = inputs
+        target = target if isinstance(target, (tuple, list)) else (target,)
+        self._prepare(inputs, tuple(target))
+        result = self.runner.step(self.iteration, collect=True)
+        self.iteration += 1
+        self._reduce_grads()
+        sink = self.chain[-1]
+        owner = min(self.plan.spec.block(sink).devices) == self.pp_rank
+        total = torch.tensor([sum(result.losses.values()) if owner else 0.0], dtype=torch.float64,
+                             device=self.device)
+        dist.all_reduce(total)
+        return float(total) / (self.n * self.replicas)
+
+    @torch.no_grad()
+    def forward(self, inputs):
+        """Run an inference plan over the N micro-batches of `inputs`; returns the model's output
+        (micro-batches concatenated) on the ranks of the last block, None on the others."""
+        if self.train:
+            raise ExecutionError("this plan is for training: use step(inputs, target)")
+        self._prepare(inputs, ())
+        result = self.runner.step(self.iteration, collect=True)
+        self.iteration += 1
+        sink = self.chain[-1]
+        if self.pp_rank not in self.plan.spec.block(sink).devices:
+            return None
+        parts = [result.outputs[(sink, mb)] for mb in range(self.n)]
+        tensors = [torch.cat(ts) for ts in zip(*parts)]
+        leaves, it = self.trace.result, iter(tensors)
+        vals = [next(it) if m is not None else o for m, o in zip(leaves.metas, leaves.others)]
+        return pytree.tree_unflatten(vals, leaves.spec)
+
+    __call__ = forward
+
+    # -- one step ---------------------------------------------------------------------------
+    def _prepare(self, inputs, target: tuple) -> None:
+        """Split the batch into micro-batches (checked before anything runs) and trace its shape."""
+        if isinstance(inputs, dict):
+            args, kwargs = (), dict(inputs)
+        elif isinstance(inputs, (tuple, list)):
+            args, kwargs = tuple(inputs), {}
+        else:
+            args, kwargs = (inputs,), {}
+        leaves, spec = pytree.tree_flatten((args, kwargs, target))
+        for i, x in enumerate(leaves):
+            if isinstance(x, torch.Tensor):
+                rows = x.shape[0] if x.dim() else 0
+                if x.dim() == 0 or rows % self.n:
+                    raise ExecutionError(f"a batch of {rows} rows does not split into the plan's {self.n} "
+                                         f"micro-batches (every input and target tensor is split on dim 0)")
+        chunks = [x.to(self.device).chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n
+                  for x in leaves]
+        self.mbs = [pytree.tree_unflatten([c[mb] for c in chunks], spec) for mb in range(self.n)]
+        key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else repr(x)
+                    for x in pytree.tree_leaves(self.mbs[0]))
+        if key not in self._traces:
+            a, k, t = self.mbs[0]
+            self._traces[key] = self.binding.trace(a, k, self.loss_fn, t, self.device)
+        self.trace = self._traces[key]
+
+    def _reduce_grads(self) -> None:
+        """Average every local gradient over the replicas (one flat all-reduce)."""
+        if self.dp_group is None:
+            return
+        params = [p for _, p in self.named_parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        dist.all_reduce(flat, group=self.dp_group)
+        flat /= self.replicas
+        off = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[off:off + n].view_as(p.grad))
+            off += n
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """Identifies the plan (spec and schedule) and the block mapping a checkpoint belongs to."""
+        doc = plan_to_json(self.plan)
+        body = json.dumps({"spec": doc.get("spec"), "schedule": doc.get("schedule"), "blocks": self.blocks},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    def _view(self) -> nn.Module:
+        """A module holding only the local submodules, under their full-model names."""
+        root = nn.Module()
+        for fqn in self.local:
+            parent = root
+            *path, last = fqn.split(".")
+            for part in path:
+                if not hasattr(parent, part):
+                    parent.add_module(part, nn.Module())
+                parent = getattr(parent, part)
+            parent.add_module(last, self.binding.modules[fqn])
+        return root
+
+    def save(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None, step: int = 0) -> None:
+        """Save this rank's parameters (and optimizer state) with torch.distributed.checkpoint;
+        all ranks call it together."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        view = self._view()
+        state = {"model": get_model_state_dict(view)}
+        if optimizer is not None:
+            state["optim"] = get_optimizer_state_dict(view, optimizer)
+        path = Path(path)
+        dcp.save(state, checkpoint_id=str(path))
+        if self.rank == 0:
+            info = {"plan": self.plan.spec.name, "fingerprint": self.fingerprint(), "blocks": self.blocks,
+                    "devices": self.devices, "replicas": self.replicas, "step": step,
+                    "optimizer": optimizer is not None}
+            tmp = path / (CHECKPOINT_INFO + ".tmp")
+            tmp.write_text(json.dumps(info, indent=1))
+            os.replace(tmp, path / CHECKPOINT_INFO)
+        dist.barrier()
+
+    def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None) -> int:
+        """Load a checkpoint written by `save` for the same plan and mapping; returns its step.
+        Checked on every rank before anything is read."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                             set_model_state_dict, set_optimizer_state_dict)
+
+        path = Path(path)
+        try:
+            info = json.loads((path / CHECKPOINT_INFO).read_text())
+        except (OSError, ValueError) as e:
+            raise ExecutionError(f"{path}: not a Tessel checkpoint ({e})") from None
+        if info.get("fingerprint") != self.fingerprint():
+            raise ExecutionError(f"{path}: written for plan {info.get('plan')!r} with blocks {info.get('blocks')}, "
+                                 f"not this plan ({self.plan.spec.name!r}, {self.plan.schedule.name}) and mapping")
+        if optimizer is not None and not info.get("optimizer"):
+            raise ExecutionError(f"{path}: holds no optimizer state")
+        view = self._view()
+        state = {"model": get_model_state_dict(view)}
+        if optimizer is not None:
+            state["optim"] = get_optimizer_state_dict(view, optimizer)
+        dcp.load(state, checkpoint_id=str(path))
+        set_model_state_dict(view, state["model"])
+        if optimizer is not None:
+            set_optimizer_state_dict(view, optimizer, state["optim"])
+        return int(info.get("step", 0))
+
+
+class _Stage:
+    """The `StageModel` the runtime drives: one bound module per local block."""
+
+    def __init__(self, pipe: Pipeline, here: list[str]):
+        self.pipe = pipe
+        self.modules = {b: _BlockModule(pipe, b) for b in here}
+
+    def meta(self, block: str) -> tuple[TensorMeta, ...]:
+        pipe, trace = self.pipe, self.pipe.trace
+        succ = forward_succs(pipe.plan.spec, block)
+        if succ:
+            return trace.entry_metas(succ[0])
+        if pipe.train:
+            return (trace.loss,)
+        return tuple(m for m in trace.result.metas if m is not None)
+
+    def data(self, block: str, mb: int) -> tuple[torch.Tensor, ...]:
+        return (mb,)  # the block module looks the micro-batch up itself
+
+    def param_shards(self):
+        return []
+
+
+class _BlockModule(nn.Module):
+    """A local block: its submodules (for `.parameters()`) and the call into the bound model."""
+
+    def __init__(self, pipe: Pipeline, block: str):
+        super().__init__()
+        self.parts = nn.ModuleList(pipe.binding.modules[f] for f in pipe.blocks[block])
+        self.block = block
+        object.__setattr__(self, "pipe", pipe)  # not a child: its parameters are not all ours
+
+    def forward(self, *inputs_and_mb):
+        *received, mb = inputs_and_mb
+        pipe = self.pipe
+        args, kwargs, target = pipe.mbs[mb]
+        last = self.block == pipe.chain[-1]
+        out = pipe.binding.run_block(self.block, pipe.trace, tuple(received), args, kwargs,
+                                     pipe.loss_fn if last else None, target)
+        return out
+
+
+def _chain(spec) -> list[str]:
+    """The forward blocks as one chain (each takes exactly the previous one's output)."""
+    fwd = [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
+    for prev, cur in zip(fwd, fwd[1:]):
+        if forward_preds(spec, cur) != (prev,):
+            raise ExecutionError(f"blocks bound by name must form one chain; {cur!r} takes "
+                                 f"{list(forward_preds(spec, cur))}, not just {prev!r} (use a model factory)")
+    return fwd
+
+
+def _check_blocks(spec, model: nn.Module, chain: list[str], blocks: dict[str, list[str]]) -> None:
+    """Every forward block mapped, every name a submodule, every parameter in exactly one block."""
+    unknown = sorted(set(blocks) - set(chain))
+    if unknown:
+        raise ExecutionError(f"blocks {unknown} are not forward blocks of spec {spec.name!r} ({chain})")
+    missing = [b for b in chain if not blocks.get(b)]
+    if missing:
+        raise ExecutionError(f"no submodules given for forward block(s) {missing}")
+    modules = dict(model.named_modules())
+    owner: dict[str, str] = {}
+    for b in chain:
+        for f in blocks[b]:
+            if f not in modules or f == "":
+                close = sorted(n for n in modules if n and (n.split(".")[-1] == f.split(".")[-1]))[:3]
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise ExecutionError(f"block {b!r}: the model has no submodule {f!r}{hint}")
+            if f in owner:
+                raise ExecutionError(f"submodule {f!r} is in both {owner[f]!r} and {b!r}")
+            owner[f] = b
+    for f in owner:
+        for g in owner:
+            if f != g and g.startswith(f + "."):
+                raise ExecutionError(f"{g!r} ({owner[g]}) lies inside {f!r} ({owner[f]})")
+    holder: dict[int, str] = {}
+    for f, b in owner.items():
+        for n, p in modules[f].named_parameters():
+            if holder.get(id(p), b) != b:
+                raise ExecutionError(f"parameter {f}.{n} is shared by blocks {holder[id(p)]!r} and {b!r}; "
+                                     f"tied weights across blocks are not supported")
+            holder[id(p)] = b
+    loose = [n for n, p in model.named_parameters() if id(p) not in holder]
+    if loose:
+        raise ExecutionError(f"parameters outside every block: {loose[:5]}{' ...' if len(loose) > 5 else ''}")
+
+
+def _on_meta(mod: nn.Module) -> bool:
+    return any(t.is_meta for t in list(mod.parameters()) + list(mod.buffers()))

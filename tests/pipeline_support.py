@@ -1,0 +1,135 @@
+"""Training loops for the `Pipeline` tests: the same model trained by pipelined ranks and by one
+process accumulating gradients over the same micro-batches, step by step."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tessel_dsl.executor.models import shapes
+from tessel_dsl.lower import lower
+from tessel_dsl.plan import Plan
+
+
+def searched_plan(spec) -> Plan:
+    """The Tessel schedule of `spec` for its micro-batches, lowered."""
+    from tessel_dsl.search.driver import search
+
+    res = search(spec, microbatches=spec.microbatches)
+    return Plan(spec, res.schedule, lower(spec, res.schedule))
+
+
+# -- models -------------------------------------------------------------------------------------
+
+def gpt(**kw):
+    from tessel_dsl.executor.models.common import seeded
+    from tessel_dsl.executor.models.gpt import GPT, Config
+
+    return seeded(GPT, Config.of(kw))
+
+
+def gpt_loss(logits, labels):
+    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+
+
+LLAMA = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=16, use_cache=False, tie_word_embeddings=False)
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**LLAMA))
+
+
+def llama_loss(out, labels):
+    return F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten())
+
+
+def llama_blocks(spec) -> dict[str, list[str]]:
+    """Embedding with the first stage (V) or as E(all) (M); norm and head with the last stage."""
+    stages = [b.name for b in spec.blocks if b.name.startswith("F")]
+    per = LLAMA["num_hidden_layers"] // len(stages)
+    out = {s: [f"model.layers.{i * per + j}" for j in range(per)] for i, s in enumerate(stages)}
+    if "E" in spec.by_name:
+        out["E"] = ["model.embed_tokens"]
+    else:
+        out[stages[0]].insert(0, "model.embed_tokens")
+    out[stages[-1]] += ["model.norm", "lm_head"]
+    return out
+
+
+def batches(vocab: int, steps: int, rows: int, seq: int, seed: int = 1, distinct: int = 2):
+    """`steps` batches cycling over `distinct` random ones (so that the loss can fall)."""
+    g = torch.Generator().manual_seed(seed)
+    pool = []
+    for _ in range(distinct):
+        s = torch.randint(0, vocab, (rows, seq + 1), generator=g)
+        pool.append((s[:, :-1].contiguous(), s[:, 1:].contiguous()))
+    return [pool[i % distinct] for i in range(steps)]
+
+
+# -- the two sides ------------------------------------------------------------------------------
+
+def optimizer(params):
+    return torch.optim.AdamW(params, lr=1e-2)
+
+
+def reference(build, loss_fn, data, micro: int) -> list[float]:
+    """One process: each step's batch split into `micro` micro-batches, mean loss, accumulated."""
+    model = build()
+    opt = optimizer(model.parameters())
+    losses = []
+    for x, y in data:
+        total = 0.0
+        for xs, ys in zip(x.chunk(micro), y.chunk(micro)):
+            loss = loss_fn(model(xs), ys) / micro
+            loss.backward()
+            total += float(loss.detach())
+        opt.step()
+        opt.zero_grad()
+        losses.append(total)
+    return losses
+
+
+def pipelined(plan, build, loss_fn, blocks, data, replicas: int = 1, on_meta: bool = False) -> dict:
+    """One rank of R replicas: each takes its rows of every batch; returns its losses."""
+    import torch.distributed as dist
+
+    from tessel_dsl.executor.pipeline import Pipeline
+
+    init = None
+    if on_meta:
+        full = build()
+        with torch.device("meta"):
+            model = build()
+        subs = dict(full.named_modules())
+
+        def init(fqn, mod):
+            mod.load_state_dict(subs[fqn].state_dict())
+    else:
+        model = build()
+    pipe = Pipeline(plan, model, loss_fn, blocks=blocks, replicas=replicas, init=init)
+    opt = optimizer(pipe.parameters())
+    losses = []
+    for x, y in data:
+        k = pipe.replica
+        losses.append(pipe.step(x.chunk(replicas)[k], y.chunk(replicas)[k]))
+        opt.step()
+        opt.zero_grad()
+    meta = sorted(n for n, p in model.named_parameters() if p.is_meta)
+    return {"losses": losses, "rank": dist.get_rank(), "meta": meta,
+            "local": sorted(n for n, _ in pipe.named_parameters())}
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def mshape(devices: int, n: int):
+    return shapes.mshape(devices, microbatches=n)
+
+
+def vshape(devices: int, n: int):
+    return shapes.vshape(devices, microbatches=n)
+

@@ -1,0 +1,49 @@
+"""`Pipeline` trains a user's own model with a plan: 20 optimizer steps on gloo ranks give the
+losses of one process accumulating gradients over the same micro-batches (fp32, 1e-5 relative),
+for the shipped GPT and for a Hugging Face Llama, with and without data-parallel replicas."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
+from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
+
+from . import pipeline_support as ps  # noqa: E402
+
+STEPS, N, ROWS, SEQ = 20, 4, 2, 8  # rows per micro-batch
+
+
+def check(plan, build, loss_fn, blocks, vocab, replicas=1, on_meta=False):
+    data = ps.batches(vocab, STEPS, ROWS * N * replicas, SEQ)
+    want = ps.reference(build, loss_fn, data, N * replicas)
+    got = run_ranks(ps.pipelined, plan.spec.devices * replicas, plan, build, loss_fn, blocks, data, replicas,
+                    on_meta, timeout=300)
+    for r in got:
+        errs = [ps.rel(a, b) for a, b in zip(r["losses"], want)]
+        assert len(r["losses"]) == STEPS and max(errs) <= 1e-5, (r["rank"], errs)
+    assert want[-1] < want[0]  # it trains
+    return got
+
+
+def test_gpt_mshape_two_ranks_from_meta_device():
+    plan = ps.searched_plan(ps.mshape(2, N))
+    blocks = blocks_by_name(plan.spec, 4)
+    got = check(plan, ps.gpt, ps.gpt_loss, blocks, 512, on_meta=True)
+    # Each rank materialised only its blocks: rank 0 holds E and F0, rank 1 E and F1.
+    assert got[0]["local"] and all(n.startswith(("embed", "pos", "layers.0", "layers.1")) for n in got[0]["local"])
+    assert "layers.3.fc1.weight" in got[0]["meta"] and "layers.0.fc1.weight" in got[1]["meta"]
+    assert "embed.weight" not in got[1]["meta"]
+
+
+def test_gpt_mshape_two_by_two_data_parallel():
+    plan = ps.searched_plan(ps.mshape(2, N))
+    check(plan, ps.gpt, ps.gpt_loss, blocks_by_name(plan.spec, 4), 512, replicas=2)
+
+
+@pytest.mark.parametrize("shape", ["vshape", "mshape"])
+def test_hugging_face_llama(shape):
+    pytest.importorskip("transformers")
+    plan = ps.searched_plan(getattr(ps, shape)(2, N))
+    check(plan, ps.llama, ps.llama_loss, ps.llama_blocks(plan.spec), ps.LLAMA["vocab_size"])
