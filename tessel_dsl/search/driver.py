@@ -29,6 +29,7 @@ from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, reso
 from tessel_dsl.validate import validate
 from tessel_dsl.search.modulo import POLISH_EFFORT
 from tessel_dsl.search.direct import direct
+from tessel_dsl.search.timescale import divide_schedule, divide_spec, divisible, scale_schedule, time_unit
 
 METHODS = ("enumerate", "modulo")
 DEFAULT_METHOD = "modulo"  # measured faster (docs/search.md)
@@ -57,9 +58,14 @@ class SearchResult:
 
 
 class _Clock:
-    def __init__(self, time_limit: float | None):
+    """The user's wall-clock limit (if any), and the time unit messages multiply by: the search
+    runs on the spec with times divided by their common divisor (`timescale.py`), while notes
+    speak in the spec's own units."""
+
+    def __init__(self, time_limit: float | None, unit: int = 1):
         self.t0 = time.monotonic()
         self.limit = time_limit
+        self.unit = unit
 
     def left(self) -> float | None:
         if self.limit is None:
@@ -94,9 +100,10 @@ def _polish(spec: Spec, rep: Repetend, solver: str, left: float | None) -> Repet
     return make_repetend(spec, offsets, sol.starts, rep.period) if sol.ok else rep
 
 
-SLICE_SHARE = 0.1    # phase 1 gives each period this share of the time limit ...
-SLICE_MIN = 0.5      # ... but at least this many seconds
-SLICE_DEFAULT = 5.0  # per period in phase 1 when there is no time limit
+PERIOD_EFFORT = 5.0   # deterministic solver budget (about seconds of one core) for settling one period
+RETRY_EFFORT = 20.0   # for the one period just below the best, when PERIOD_EFFORT could not settle it
+SLICE_SHARE = 0.1     # with a time limit, each period also gets at most this share of it ...
+SLICE_MIN = 0.5       # ... but at least this many seconds
 REPETEND_SHARE = 0.75  # of a time limit, for finding the repetend; the rest is for completion
 
 
@@ -113,63 +120,87 @@ def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock
     """Smallest feasible period with the cyclic model: (repetend, proven, note, needs_enumeration).
 
     Feasibility is monotone in the period, so the search keeps ``lo`` (every period below it is
-    infeasible) and ``hi`` (the best period found). Phase 1 walks up from the lower bound giving
-    each period a short slice, so a good period is found early even when some periods can't be
-    settled quickly; phase 2 spends what is left on ``hi - 1``, the most promising improvement
-    (if it is infeasible, so is everything below it and ``hi`` is proven optimal).
+    infeasible or unsettled) and ``hi`` (the best period found, first the one-micro-batch
+    repetend's). It gallops up from the lower bound (``lo``, ``lo + 1``, ``lo + 3``, ``lo + 7``,
+    ...) until a period is feasible, then bisects between the last period that was not and the
+    best; the number of solves grows with the logarithm of the gap, not with the time resolution.
+    Each solve has a deterministic budget (`PERIOD_EFFORT`), so the answer is the same on every
+    run and under any load; a wall-clock limit applies only when the user gave ``--time-limit``.
+    A period the budget could not settle is kept as open (the answer is then not proven); the one
+    just below the best gets a second, larger budget.
     """
     from tessel_dsl.search.modulo import solve_period
 
     lo, hi, best = lower_bound(spec), fallback.period, fallback
     max_nr = cyclic_nr_limit(spec)
+    open_periods: set[int] = set()  # tried, neither found feasible nor proven infeasible
 
-    def attempt(period: int, budget: float | None) -> str:
+    def attempt(period: int, effort: float) -> str:
         nonlocal lo, hi, best
         counters.period, counters.nr = period, max_nr
         report("repetend (modulo)")
         counters.tried += 1
-        status, rep = solve_period(spec, period, max_nr, solver, budget)
+        status, rep = solve_period(spec, period, max_nr, solver, budget(), effort)
         if status == "infeasible":
             counters.pruned += 1
-            lo = max(lo, period + 1)
-        elif rep is not None:
+            lo = max(lo, period + 1)  # and, by monotonicity, every period below it
+            return status
+        if rep is not None:
             if not accept(rep):
                 return "rejected"
             best, hi = rep, period
             return "feasible"
-        return status
+        open_periods.add(period)
+        return "unknown"
 
-    def budget(share: float | None) -> float | None:
+    def budget() -> float | None:
         left = clock.left()
         if left is None:
-            return share
+            return None
         left -= (1.0 - REPETEND_SHARE) * clock.limit  # keep the rest for completion
-        return max(0.01, min(left, share if share is not None else left))
+        return max(0.01, min(left, max(SLICE_MIN, SLICE_SHARE * clock.limit)))
 
     def out_of_time() -> bool:
         left = clock.left()
         return left is not None and left <= (1.0 - REPETEND_SHARE) * clock.limit
 
-    for period in range(lo, hi):
-        if out_of_time():
-            break
-        if period < lo:
-            continue
-        share = SLICE_DEFAULT if clock.limit is None else max(SLICE_MIN, SLICE_SHARE * clock.limit)
-        status = attempt(period, budget(share))
+    def rejected(period: int) -> tuple[Repetend, bool, str, bool]:
+        return (best, False, f"the cyclic model's repetend at P={period * clock.unit} has no valid warmup/cooldown",
+                True)
+
+    # Gallop: the optimum is usually at or just above the lower bound.
+    step, below = 1, lo - 1  # `below`: the highest period tried and not feasible
+    period = lo
+    while period < hi and not out_of_time():
+        status = attempt(period, PERIOD_EFFORT)
         if status == "rejected":
-            return best, False, f"the cyclic model's repetend at P={period} has no valid warmup/cooldown", True
+            return rejected(period)
         if status == "feasible":
             break
-    while lo < hi and not out_of_time():
-        status = attempt(hi - 1, budget(None))
+        below = period
+        period = max(lo, below + 1) + step - 1
+        step *= 2
+    # Bisect between the last period that was not feasible and the best one.
+    while max(lo, below + 1) < hi and not out_of_time():
+        period = (max(lo, below + 1) + hi) // 2
+        status = attempt(period, PERIOD_EFFORT)
         if status == "rejected":
-            return best, False, f"the cyclic model's repetend at P={hi - 1} has no valid warmup/cooldown", True
-        if status == "unknown":
-            break
-    proven = lo >= hi
-    note = "" if proven else (f"time limit reached before periods {lo}..{hi - 1} were settled"
-                              if lo < hi - 1 else f"time limit reached before period {lo} was settled")
+            return rejected(period)
+        if status != "feasible":
+            below = period
+    # One larger budget for the most promising open period, just below the best.
+    if hi - 1 in open_periods and hi - 1 >= lo and not out_of_time():
+        open_periods.discard(hi - 1)
+        status = attempt(hi - 1, RETRY_EFFORT)
+        if status == "rejected":
+            return rejected(hi - 1)
+    proven = lo >= hi  # every period below the best is proven infeasible
+    note = ""
+    if not proven:
+        cause = "time limit reached" if out_of_time() else "the solver budget ran out"
+        u = clock.unit
+        note = (f"{cause} before periods {lo * u}..{(hi - 1) * u} were settled" if lo < hi - 1
+                else f"{cause} before period {lo * u} was settled")
     return best, proven, note, False
 
 
@@ -200,7 +231,7 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: _Clock, counte
         counters=counters, accept=accept, on_progress=lambda: report("repetend (enumerate)"))
     if rep is None:
         if not complete:
-            notes.append(f"time limit reached while trying period {counters.period}; using a one-micro-batch repetend")
+            notes.append(f"time limit reached while trying period {counters.period * clock.unit}; using a one-micro-batch repetend")
         return fallback, complete, "; ".join(notes)
     rep = _polish(spec, rep, solver, clock.left())
     return rep, complete, "; ".join(notes)
@@ -219,7 +250,12 @@ def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str =
     sched = extend(spec, schedule, microbatches, name=schedule.name)
     if schedule.repetend is None or microbatches < schedule.repetend.nr:
         return sched
-    return finish(spec, sched, solver=solver, clock=_Clock(time_limit))[0]
+    unit = time_unit(spec)
+    if not divisible(sched, unit):
+        unit = 1
+    out = finish(divide_spec(spec, unit), divide_schedule(sched, unit), solver=solver,
+                 clock=_Clock(time_limit, unit))[0]
+    return scale_schedule(out, unit)
 
 
 def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock) -> tuple[Schedule, list[str]]:
@@ -232,18 +268,14 @@ def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock) -> tuple[
     base = best_baseline(spec, n, than=span)
     if base is not None:
         other, name = base
-        notes.append(f"{name.upper()} for N={n} (makespan {other.makespan(spec)}) beats the extended repetend "
-                     f"({span}): its block order is used for this N; the repetend is kept for other N")
+        notes.append(f"{name.upper()} for N={n} (makespan {other.makespan(spec) * clock.unit}) beats the extended "
+                     f"repetend ({span * clock.unit}): its block order is used for this N; the repetend is kept for other N")
         sched = replace(sched, slots=other.slots, repetend_start=None)
     before = sched.makespan(spec)
-    from tessel_dsl.search.refine import REFINE_SECONDS
-
-    left = clock.left()
-    sched, better = refine_ends(spec, sched, solver=solver,
-                                time_limit=REFINE_SECONDS if left is None else min(left, REFINE_SECONDS))
+    sched, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left())
     if better:
         notes.append(f"re-solving the warmup and cooldown regions for N={n} shortened the makespan "
-                     f"from {before} to {sched.makespan(spec)}")
+                     f"from {before * clock.unit} to {sched.makespan(spec) * clock.unit}")
     return sched, notes
 
 
@@ -259,13 +291,29 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     _check_inputs(spec, n, method)
     solver = resolve(solver)
     method = DEFAULT_METHOD if method == "auto" else method
-    clock, counters = _Clock(time_limit), Counters()
+    unit = time_unit(spec)
+    result = _search(divide_spec(spec, unit), n, solver=solver, method=method,
+                     clock=_Clock(time_limit, unit), progress=progress)
+    info = result.info
+    info = replace(info, lower_bound=info.lower_bound * unit, period=info.period * unit)
+    sched = scale_schedule(result.schedule, unit)
+    if unit > 1:
+        validate(spec, sched)
+    return SearchResult(sched, info)
+
+
+def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
+            progress: Callable[[Progress], None] | None) -> SearchResult:
+    """`search` on a spec whose times have no common divisor left (times in that spec's units)."""
+    counters = Counters()
     lower = lower_bound(spec)
     best: list[int | None] = [None]
 
     def report(phase: str) -> None:
         if progress is not None:
-            progress(Progress(phase, lower, counters.period, counters.nr, best[0], counters.tried,
+            u = clock.unit
+            progress(Progress(phase, lower * u, counters.period * u, counters.nr,
+                              None if best[0] is None else best[0] * u, counters.tried,
                               counters.pruned, clock.elapsed()))
 
     report("bounds")
@@ -295,7 +343,7 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
         proven = False
         note = note or "time limit reached during warmup/cooldown completion"
     if warm is None or cool is None:
-        raise InfeasibleError(f"the repetend (P={rep.period}, N_R={rep.nr}) has no valid warmup or cooldown "
+        raise InfeasibleError(f"the repetend (P={rep.period * clock.unit}, N_R={rep.nr}) has no valid warmup or cooldown "
                               f"under M={spec.memory}")
     notes = [note] if note else []
     if not (warm.proven and cool.proven):

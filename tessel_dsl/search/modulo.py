@@ -132,20 +132,21 @@ def _cpsat_model(spec: Spec, period: int, max_nr: int, objective: bool):
 
 
 def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float | None,
-                       workers: int = 2) -> tuple[str, Repetend | None]:
+                       effort: float | None = None) -> tuple[str, Repetend | None]:
     """CP-SAT at `period`: (status, repetend), status optimal (period feasible), infeasible or unknown.
 
-    First any solution (is the period feasible?), then a deterministic, budgeted improvement of
-    the micro-batch latency starting from it.
+    First any solution (is the period feasible?) within the deterministic budget `effort`, then a
+    deterministic, budgeted improvement of the micro-batch latency starting from it. `time_limit`
+    (wall clock) applies only when the user set one.
     """
     from ortools.sat.python import cp_model
+
+    from tessel_dsl.search.solvers.cpsat import configure
 
     deadline = None if time_limit is None else time.monotonic() + time_limit
     m, s, r = _cpsat_model(spec, period, max_nr, objective=False)
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = max(1, workers)
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(0.01, time_limit)
+    configure(solver.parameters, effort=effort, time_limit=time_limit)
     st = solver.solve(m)
     if st == cp_model.INFEASIBLE:
         return "infeasible", None
@@ -156,18 +157,19 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
     for var, val in zip(s2 + r2, first_s + first_r):
         m2.add_hint(var, val)
     polish = cp_model.CpSolver()
-    polish.parameters.num_workers = 1
-    polish.parameters.max_deterministic_time = POLISH_EFFORT
-    if deadline is not None:
-        polish.parameters.max_time_in_seconds = max(0.01, deadline - time.monotonic())
+    configure(polish.parameters, effort=POLISH_EFFORT,
+              time_limit=None if deadline is None else max(0.01, deadline - time.monotonic()))
     if polish.solve(m2) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         first_s, first_r = [polish.value(x) for x in s2], [polish.value(x) for x in r2]
     return "optimal", _result(spec, period, first_s, first_r)
 
 
-def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | None) -> tuple[str, Repetend | None]:
-    """The same model in Z3 (feasibility, then bisection on the objective)."""
-    import z3
+def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | None,
+                    effort: float | None = None) -> tuple[str, Repetend | None]:
+    """The same model in Z3 (feasibility within `effort`, then bisection on the objective)."""
+    from tessel_dsl.search.solvers.z3 import RLIMIT_PER_EFFORT, Fresh
+
+    z3 = Fresh()
 
     deadline = None if time_limit is None else time.monotonic() + time_limit
     blocks = spec.blocks
@@ -205,6 +207,8 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
     cons.append(obj == (hi - lo) * max_nr + nr)
     solver = z3.Solver()
     solver.add(*cons)
+    if effort is not None:
+        solver.set("rlimit", int(effort * RLIMIT_PER_EFFORT))
 
     def check() -> object:
         if deadline is not None:
@@ -225,8 +229,6 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
     best_obj, best = grab()
     low = 0
     status = "optimal"  # the period is settled; the rest only shortens the latency, within a budget
-    from tessel_dsl.search.solvers.z3 import RLIMIT_PER_EFFORT
-
     solver.set("rlimit", int(POLISH_EFFORT * RLIMIT_PER_EFFORT))
     while low < best_obj:
         mid = (low + best_obj) // 2
@@ -244,9 +246,9 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
     return status, best
 
 
-def solve_period(spec: Spec, period: int, max_nr: int, solver: str, time_limit: float | None
-                 ) -> tuple[str, Repetend | None]:
+def solve_period(spec: Spec, period: int, max_nr: int, solver: str, time_limit: float | None,
+                 effort: float | None = None) -> tuple[str, Repetend | None]:
     """Dispatch to the named backend."""
     if solver == "z3":
-        return solve_period_z3(spec, period, max_nr, time_limit)
-    return solve_period_cpsat(spec, period, max_nr, time_limit)
+        return solve_period_z3(spec, period, max_nr, time_limit, effort)
+    return solve_period_cpsat(spec, period, max_nr, time_limit, effort)

@@ -30,7 +30,6 @@ from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, make
 from tessel_dsl.validate import validate
 
 REFINE_EFFORT = 1.0      # deterministic solver budget of one end re-solve (about a second of one core)
-REFINE_SECONDS = 2.0     # and a wall-clock cap on it, for loaded machines
 REFINE_MAX_TASKS = 800   # beyond this many block instances the one-model re-solve is not attempted
 HEAD_PERIODS = 2         # how far past the first repetend copy the head region reaches
 

@@ -3,13 +3,31 @@ from __future__ import annotations
 
 from tessel_dsl.search.solvers.problem import Objective, Problem, Solution, makespan_lower_bound
 
+SEED = 1  # CP-SAT's random seed, fixed so that a model always gets the same answer
+
+
+def configure(params, *, workers: int = 1, effort: float | None = None, time_limit: float | None = None) -> None:
+    """Settings under which CP-SAT's answer depends on the model alone, not on machine load.
+
+    One worker, or several in CP-SAT's interleaved (deterministic) mode; a fixed seed; `effort`
+    as a deterministic time budget. Only `time_limit`, a wall-clock limit the user asked for,
+    can make the answer depend on how fast the machine runs.
+    """
+    params.num_workers = max(1, workers)
+    params.interleave_search = workers > 1
+    params.random_seed = SEED
+    if effort is not None:
+        params.max_deterministic_time = effort
+    if time_limit is not None:
+        params.max_time_in_seconds = max(0.01, float(time_limit))
+
 
 def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limit: float | None = None,
-          workers: int = 2, effort: float | None = None) -> Solution:
+          workers: int = 1, effort: float | None = None) -> Solution:
     """Solve `problem` with CP-SAT (see `tessel_dsl.search.solvers.problem` for the semantics).
 
-    `effort` caps CP-SAT's deterministic time on one worker, so a budgeted optimisation gives the
-    same answer on every run.
+    `effort` caps CP-SAT's deterministic time, so a budgeted optimisation gives the same answer
+    on every run; without `time_limit` nothing else limits the solve.
     """
     from ortools.sat.python import cp_model
 
@@ -78,11 +96,7 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
             if t.fixed is None:
                 m.add_hint(s, h)
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = max(1, workers) if effort is None else 1
-    if effort is not None:
-        solver.parameters.max_deterministic_time = effort
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+    configure(solver.parameters, workers=workers, effort=effort, time_limit=time_limit)
     status = solver.solve(m)
     if status == cp_model.INFEASIBLE:
         return Solution("infeasible")

@@ -11,6 +11,43 @@ import time
 from tessel_dsl.search.solvers.problem import Objective, Problem, Solution, makespan_lower_bound
 
 RLIMIT_PER_EFFORT = 2_000_000  # z3 resource units per unit of `effort` (about a second's work)
+SEED = 0  # z3's random seed, fixed so that a model always gets the same answer
+
+
+class Fresh:
+    """The z3 module with every new term and solver in a context of its own.
+
+    z3's shared default context keeps state between solves (term numbering, the resource counter
+    behind ``rlimit``), so the second of two identical solves in one process could answer
+    differently; a context per solve, with a fixed seed, makes the answer depend on the
+    constraints alone.
+    """
+
+    def __init__(self):
+        import z3
+
+        self._z3 = z3
+        self.ctx = z3.Context()
+
+    def __getattr__(self, name: str):
+        return getattr(self._z3, name)
+
+    def Int(self, name: str):  # noqa: N802 - mirrors z3's names
+        return self._z3.Int(name, self.ctx)
+
+    def IntVal(self, value: int):  # noqa: N802
+        return self._z3.IntVal(value, self.ctx)
+
+    def BoolVal(self, value: bool):  # noqa: N802
+        return self._z3.BoolVal(value, self.ctx)
+
+    def Solver(self):  # noqa: N802
+        s = self._z3.Solver(ctx=self.ctx)
+        s.set("random_seed", SEED)
+        return s
+
+    def Optimize(self):  # noqa: N802
+        return self._z3.Optimize(ctx=self.ctx)
 
 
 def _build(problem: Problem, objective: Objective, z3):
@@ -74,7 +111,7 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
 
     `effort` bounds the improving checks with Z3's deterministic resource limit (``rlimit``).
     """
-    import z3
+    z3 = Fresh()
 
     objective = Objective(objective)
     deadline = None if time_limit is None else time.monotonic() + time_limit
