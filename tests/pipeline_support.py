@@ -133,3 +133,36 @@ def mshape(devices: int, n: int):
 def vshape(devices: int, n: int):
     return shapes.vshape(devices, microbatches=n)
 
+
+
+def checkpointed(plan, blocks, data, path, save_after: int | None = None, load: bool = False, seed: int = 0) -> list:
+    """GPT ranks: optionally resume from `path`, train on `data` (from the checkpoint's step),
+    optionally save after `save_after` steps and stop; returns the losses of the steps run."""
+    from tessel_dsl.executor.pipeline import Pipeline
+
+    pipe = Pipeline(plan, gpt(seed=seed), gpt_loss, blocks=blocks)
+    opt = optimizer(pipe.parameters())
+    start = pipe.load(path, opt) if load else 0
+    losses = []
+    for i, (x, y) in enumerate(data[start:], start):
+        if save_after is not None and i == save_after:
+            pipe.save(path, opt, step=i)
+            break
+        losses.append(pipe.step(x, y))
+        opt.step()
+        opt.zero_grad()
+    return losses
+
+
+def bad_batch(plan, blocks, rows: int):
+    from tessel_dsl.executor.pipeline import Pipeline
+
+    pipe = Pipeline(plan, gpt(), gpt_loss, blocks=blocks)
+    x, y = batches(512, 1, rows, 8)[0]
+    return pipe.step(x, y)
+
+
+def bad_world(plan, blocks, replicas: int):
+    from tessel_dsl.executor.pipeline import Pipeline
+
+    return Pipeline(plan, gpt(), gpt_loss, blocks=blocks, replicas=replicas)

@@ -1,0 +1,60 @@
+"""`Pipeline` checkpoints (torch.distributed.checkpoint) and the bad inputs it refuses before any
+rank computes."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tessel_dsl.errors import ExecutionError  # noqa: E402
+from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
+from tessel_dsl.executor.pipeline import Pipeline  # noqa: E402
+from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
+
+from . import pipeline_support as ps  # noqa: E402
+from .executor_support import plan_for  # noqa: E402
+
+
+def test_resuming_from_a_checkpoint_gives_the_uninterrupted_losses(tmp_path):
+    plan = ps.searched_plan(ps.mshape(2, 4))
+    blocks = blocks_by_name(plan.spec, 4)
+    data = ps.batches(512, 6, 8, 8)
+    whole = run_ranks(ps.checkpointed, 2, plan, blocks, data, None)
+    ck = tmp_path / "ck"
+    first = run_ranks(ps.checkpointed, 2, plan, blocks, data, ck, 3)
+    assert (ck / "tessel-plan.json").exists()
+    # Other initial weights: only the checkpoint can bring the losses back.
+    rest = run_ranks(ps.checkpointed, 2, plan, blocks, data, ck, None, True, 7)
+    for r in range(2):
+        assert first[r] == whole[r][:3]
+        assert rest[r] == pytest.approx(whole[r][3:], rel=1e-6, abs=0)
+    other = plan_for(ps.mshape(2, 4), "1f1b+", 4)
+    with pytest.raises(ExecutionError, match="not this plan"):
+        run_ranks(ps.checkpointed, 2, other, blocks, data, ck, None, True)
+
+
+def test_a_batch_that_does_not_split_into_n_micro_batches_fails_before_running():
+    plan = plan_for(ps.mshape(2, 4), "1f1b+", 4)
+    with pytest.raises(ExecutionError, match="batch of 6 rows does not split into the plan's 4 micro-batches"):
+        run_ranks(ps.bad_batch, 2, plan, blocks_by_name(plan.spec, 4), 6)
+
+
+def test_devices_times_replicas_must_be_the_world():
+    plan = plan_for(ps.mshape(2, 4), "1f1b+", 4)
+    with pytest.raises(ExecutionError, match=r"2 devices x 2 replicas = 4 ranks, but the world has 2"):
+        run_ranks(ps.bad_world, 2, plan, blocks_by_name(plan.spec, 4), 2)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda b: {**b, "F0": ["layers.0", "layers.9"]}, "block 'F0': the model has no submodule 'layers.9'"),
+    (lambda b: {**b, "F0": ["layers.0"]}, r"parameters outside every block: \['layers.1"),
+    (lambda b: {**b, "F1": b["F1"] + ["layers.0"]}, "'layers.0' is in both"),
+    (lambda b: {**b, "X": ["norm"]}, r"blocks \['X'\] are not forward blocks"),
+    (lambda b: {k: v for k, v in b.items() if k != "E"}, r"no submodules given for forward block\(s\) \['E'\]"),
+])
+def test_names_that_do_not_match_the_model_fail_before_any_process_group(change, message):
+    plan = plan_for(ps.mshape(2, 4), "1f1b+", 4)
+    blocks = change(blocks_by_name(plan.spec, 4))
+    with pytest.raises(ExecutionError, match=message):
+        Pipeline(plan, ps.gpt(), ps.gpt_loss, blocks=blocks)
+    assert not torch.distributed.is_initialized()
