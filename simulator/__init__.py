@@ -16,6 +16,8 @@ import time as _time
 from tessel_dsl.analysis import lower_bound
 from tessel_dsl.errors import SimulationError
 from tessel_dsl.ir import Link, Spec
+from tessel_dsl.plan import Plan
+from tessel_dsl.plan_check import validate_plan
 from tessel_dsl.program import Program
 from tessel_dsl.schedule import Schedule
 
@@ -127,6 +129,9 @@ def _unpack(source, schedule: Schedule | None) -> tuple[Spec, tuple[Program, ...
     if spec is None or programs is None:
         raise TypeError("simulate() takes a Plan or a (spec, programs[, schedule]) tuple")
     sched = schedule or getattr(source, "schedule", None)
+    if isinstance(source, Plan) and schedule is None:
+        # A Plan built or edited in Python gets the checks a loaded plan file gets.
+        validate_plan(source)
     if not programs:
         if sched is None:
             raise SimulationError("the plan has no programs and no schedule to lower")

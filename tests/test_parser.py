@@ -136,7 +136,7 @@ def test_explicit_backward_is_not_derived_again():
 
 def test_backward_finds_its_forward_by_name():
     spec = parse(HEAD + "forward F0 on 0 time 1 memory 1\nbackward B0 time 2 memory -1\n"
-                 "forward X on 1 time 1\nbackward XB time 1\nF0 -> B0\n")
+                 "forward X on 1 time 1\nbackward XB time 1\nF0 -> B0\nX -> XB\n")
     assert spec.block("B0").forward == "F0" and spec.block("B0").devices == (0,)
     assert spec.block("XB").forward == "X"
 

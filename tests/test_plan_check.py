@@ -190,3 +190,14 @@ def test_run_keeps_the_plans_own_mode_unless_asked(tmp_path, flag, want):
     assert all(p.blocking is want for p in got.programs)
     if want:
         assert got.programs == plan.programs
+
+
+def test_simulate_api_refuses_a_python_plan_with_a_dropped_microbatch():
+    import dataclasses
+
+    from tessel_dsl.simulator import simulate
+
+    plan = make_plan(vshape(3, 3), one_f_one_b(vshape(3, 3), 3))
+    progs = tuple(dataclasses.replace(p, actions=tuple(a for a in p.actions if a.mb != 2)) for p in plan.programs)
+    with pytest.raises(PlanError, match="never computed"):
+        simulate(dataclasses.replace(plan, programs=progs))

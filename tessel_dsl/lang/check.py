@@ -5,11 +5,12 @@ being well-formed: unknown names and cycles are found here before anything walks
 
 Codes: ``bad-devices``, ``bad-memory``, ``bad-microbatches``, ``duplicate-name``, ``empty-devices``,
 ``device-range``, ``duplicate-device``, ``non-positive-time``, ``missing-forward``,
-``unknown-name``, ``cycle``, ``memory-infeasible``, ``unknown-metric``, ``bad-expect``.
+``unknown-name``, ``cycle``, ``memory-infeasible``, ``unknown-metric``, ``bad-expect``,
+``backward-before-forward``, ``negative-memory``, ``memory-not-freed``.
 """
 from __future__ import annotations
 
-from tessel_dsl.analysis import microbatch_memory
+from tessel_dsl.analysis import forwards_not_ancestors, microbatch_memory
 from tessel_dsl.errors import Diagnostic, SpecError
 from tessel_dsl.ir import Kind, Spec
 
@@ -51,8 +52,17 @@ def diagnose(spec: Spec) -> list[Diagnostic]:
                               first.span if first else None))
     out += _expectations(spec)
     if not structural and not cycle:
+        out += _backward_order(spec)
         out += _memory(spec)
     return out
+
+
+def _backward_order(spec: Spec) -> list[Diagnostic]:
+    """A backward-like block consumes its forward's activations: it must come after it."""
+    return [Diagnostic("backward-before-forward", f"{b.kind.value} block {b.name} does not depend on its "
+                       f"forward {b.forward}, so a schedule could run it first; add the edge "
+                       f"`{b.forward} -> ... -> {b.name}` that connects them", b.span)
+            for b in forwards_not_ancestors(spec)]
 
 
 def _blocks(spec: Spec) -> list[Diagnostic]:
@@ -116,13 +126,46 @@ def _find_cycle(spec: Spec) -> list[str] | None:
 
 
 def _memory(spec: Spec) -> list[Diagnostic]:
-    out = []
+    out = _memory_balance(spec)
     need = microbatch_memory(spec)
     for d, n in enumerate(need):
         if n > spec.memory:
             out.append(Diagnostic("memory-infeasible", f"one micro-batch needs {n} memory on device {d}, "
                                   f"but each device has {spec.memory} (over by {n - spec.memory}); no "
                                   "schedule can fit it", _first_span_on(spec, d)))
+    return out
+
+
+def _memory_balance(spec: Spec) -> list[Diagnostic]:
+    """One micro-batch's memory on a device never goes below zero (taken in dependency order), and
+    in training what its forwards allocate is freed by its backwards by the end: otherwise every
+    micro-batch would leave memory behind. Memory meant to stay belongs to an `other` block."""
+    out: list[Diagnostic] = []
+    running = [0] * spec.devices
+    reported: set[int] = set()
+    for name in spec.topo_order:
+        b = spec.block(name)
+        for d in b.devices:
+            running[d] += b.memory
+            if running[d] < 0 and d not in reported:
+                reported.add(d)
+                out.append(Diagnostic("negative-memory", f"{b.name} frees more memory on device {d} than "
+                                      f"one micro-batch holds there before it (the running total reaches "
+                                      f"{running[d]} in dependency order)", b.span))
+    if spec.mode.value == "train" and any(b.kind.is_backward for b in spec.blocks):
+        kept = [0] * spec.devices
+        for b in spec.blocks:
+            if b.kind is not Kind.OTHER:
+                for d in b.devices:
+                    kept[d] += b.memory
+        for d, k in enumerate(kept):
+            if k > 0:
+                fwd = [b.name for b in spec.blocks if b.kind is Kind.FORWARD and d in b.devices and b.memory > 0]
+                out.append(Diagnostic("memory-not-freed", f"on device {d} the forwards ({', '.join(fwd[:4])}"
+                                      f"{', ...' if len(fwd) > 4 else ''}) allocate {k} more than the backwards "
+                                      "free, so each micro-batch leaves it behind; free it in a backward, or "
+                                      "declare memory that stays on an `other` block",
+                                      _first_span_on(spec, d)))
     return out
 
 

@@ -196,6 +196,14 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
     blocks, edges = _link_backwards(ev, ev.blocks, diags), ev.edges
     if out.derive_time is not None:
         blocks, edges = derive_backward(blocks, edges, out.derive_time, ev.forward_opts, diags)
+    else:
+        # `grad ...` options only shape derived backward blocks: without the derive line they
+        # would be ignored, and the spec would silently lose its backward pass.
+        for b in ev.blocks:
+            fo = ev.forward_opts.get(b.name)
+            if fo is not None and (fo.grad_time is not None or fo.grad_name is not None):
+                diags.append(Diagnostic("grad-without-derive", f"`grad` options of {b.name} have no effect "
+                                        "without a `derive backward` line", b.span))
     if chosen is Mode.INFER:
         blocks, edges = project_infer(blocks, edges, ev.forward_opts)
     # The same dependency written twice is one edge; the copy that carries a tensor wins.

@@ -100,8 +100,9 @@ class Values:
             if q.unit not in U.TIME_UNITS:
                 raise self.error("unknown-unit", f"`{q.unit}` is not a time unit (use one of "
                                  f"{U.describe(U.TIME_UNITS)})", q.loc)
+            raw = value
             value = U.to_units(value, U.TIME_UNITS[q.unit], self._need_time_res(q.loc))
-            return U.round_units(value, positive=True) if exact else value
+            return self._whole(value, raw, q, "time") if exact else value
         if exact and isinstance(value, float) and not value.is_integer():
             raise self.error("not-integer", f"time {U.format_number(value)} is not a whole number of "
                              "units (declare `resolution time ...` and write a unit)", q.loc)
@@ -116,11 +117,21 @@ class Values:
             if self._mem_res is None:
                 raise self.error("missing-resolution", "a memory size with a unit needs "
                                  "`resolution memory ...` (e.g. `resolution memory 1GB`)", q.loc)
-            return U.round_units(U.to_units(value, U.MEMORY_UNITS[q.unit], self._mem_res[0]), False)
+            return self._whole(U.to_units(value, U.MEMORY_UNITS[q.unit], self._mem_res[0]), value, q, "memory")
         if isinstance(value, float) and not value.is_integer():
             raise self.error("not-integer", f"memory {U.format_number(value)} is not a whole number "
                              "of units", q.loc)
         return int(value)
+
+    def _whole(self, units: float, value: float, q: A.Quantity, what: str) -> int:
+        """`units` as an integer, or an error: a quantity is never rounded silently."""
+        n = U.round_units(units, positive=False)
+        if abs(units - n) > 1e-9 * max(1.0, abs(units)):
+            res = self._time_res if what == "time" else self._mem_res
+            raise self.error("inexact-quantity", f"{what} {U.format_number(value)}{q.unit} is {U.format_number(round(units, 6))} "
+                             f"units of `resolution {what} {res[1]}`, not a whole number; write a multiple "
+                             f"of the resolution or declare a finer one", q.loc)
+        return n
 
     def grad_time(self, q: A.Quantity, env) -> tuple[str, float]:
         """A backward time: a ratio of the forward's (``3x``) or an absolute time."""
