@@ -88,6 +88,9 @@ class Binding:
     def __init__(self, model: nn.Module, blocks: dict[str, list[str] | tuple[str, ...]], chain: list[str]):
         self.model = model
         self.device = torch.device("cpu")  # where stand-ins are made: the rank's device
+        # Tensor-parallel submodules per block: their hooks turn inputs and outputs into DTensors,
+        # which only the block's own run (not a stand-in) may see.
+        self.hooked: dict[str, list[nn.Module]] = {}
         self.chain = list(chain)
         self.blocks = {b: tuple(f) for b, f in blocks.items()}
         self.owner = {f: b for b, fs in self.blocks.items() for f in fs}
@@ -117,7 +120,7 @@ class Binding:
         from torch.func import functional_call
 
         rec = _Recorder(self)
-        with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        with _hooks_off([m for ms in self.hooked.values() for m in ms]), FakeTensorMode(allow_non_fake_inputs=False) as mode:
             def fake(t, grad=False):
                 if not isinstance(t, torch.Tensor):
                     return t
@@ -158,16 +161,17 @@ class Binding:
         run = _BlockRun(self, block, trace, received)
         _ACTIVE.run = run
         try:
-            out = self.model(*args, **kwargs)
+            with _hooks_off([m for b, ms in self.hooked.items() if b != block for m in ms]):
+                out = self.model(*args, **kwargs)
         except _Stop as stop:
-            return stop.value
+            return tuple(_plain(t) for t in stop.value)
         finally:
             _ACTIVE.run = None
         if self.index[block] != len(self.chain) - 1:
             raise ExecutionError(f"block {block!r} ran to the end of the model's forward")
         if loss_fn is not None:
-            return loss_fn(out, *target)
-        return tuple(x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor))
+            return _plain(loss_fn(out, *target))
+        return tuple(_plain(x) for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor))
 
 
 class _Recorder:
@@ -222,3 +226,34 @@ def _stand_in(leaves: _Leaves, device: torch.device):
     vals = [torch.zeros((), dtype=m.dtype, device=device).expand(m.shape) if m is not None else o
             for m, o in zip(leaves.metas, leaves.others)]
     return pytree.tree_unflatten(vals, leaves.spec)
+
+
+def _plain(t):
+    """A DTensor (a tensor-parallel block's output, or its loss) as the full plain tensor."""
+    full = getattr(t, "full_tensor", None)
+    return full() if full is not None else t
+
+
+class _hooks_off:
+    """The fake run sees the model as one process would: tensor-parallel hooks (which turn
+    inputs and outputs into DTensors) are set aside while it runs."""
+
+    NAMES = ("_forward_pre_hooks", "_forward_hooks", "_forward_pre_hooks_with_kwargs",
+             "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+    def __init__(self, modules: list[nn.Module]):
+        self.modules, self.saved = modules, []
+
+    def __enter__(self):
+        from collections import OrderedDict
+
+        for m in self.modules:
+            self.saved.append({n: getattr(m, n) for n in self.NAMES})
+            for n in self.NAMES:
+                setattr(m, n, OrderedDict())
+
+    def __exit__(self, *exc):
+        for m, hooks in zip(self.modules, self.saved):
+            for n, h in hooks.items():
+                setattr(m, n, h)
+        self.saved.clear()

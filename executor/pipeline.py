@@ -56,7 +56,7 @@ class Pipeline:
     def __init__(self, plan: Plan | str | os.PathLike, model: nn.Module, loss_fn: Callable | None = None, *,
                  blocks: dict[str, list[str]], replicas: int | None = None, mesh=None,
                  device: torch.device | str | None = None, init: Callable[[str, nn.Module], None] | None = None,
-                 timeout: float = 300.0):
+                 tp: dict[str, dict[str, Any]] | None = None, timeout: float = 300.0):
         from tessel_dsl.executor.launch import check_plan, load
 
         self.plan = load(plan)
@@ -69,6 +69,8 @@ class Pipeline:
         self.chain = _chain(spec)
         self.blocks = {b: list(f) for b, f in blocks.items()}
         _check_blocks(spec, model, self.chain, self.blocks)
+        self.tp = {b: dict(p) for b, p in (tp or {}).items()}
+        _check_tp(spec, self.blocks, self.tp)
         self.devices, self.n = spec.devices, self.plan.schedule.microbatches
         self._join(replicas, mesh, device, timeout)
         self.model = model
@@ -76,6 +78,7 @@ class Pipeline:
         self.binding.device = self.device
         here = [b for b in self.chain if self.pp_rank in spec.block(b).devices]
         self._materialise(here, init)
+        self._parallelize(here)
         self.stage = _Stage(self, here)
         self._traces: dict[Any, Trace] = {}
         self.trace: Trace | None = None
@@ -158,6 +161,16 @@ class Pipeline:
                 for n, b in own:
                     mod._buffers[n] = b.to(self.device)
 
+    def _parallelize(self, here: list[str]) -> None:
+        """Shard the submodules of local multi-device blocks with their DTensor plans, over the
+        DeviceMesh of this replica's devices (the mesh's "pp" dimension)."""
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        for b in here:
+            if b in self.tp:
+                parallelize_module(self.model, self.mesh["pp"], self.tp[b])
+                self.binding.hooked[b] = [self.model.get_submodule(f) for f in self.tp[b]]
+
     def _make_runner(self, timeout: float) -> None:
         from tessel_dsl.executor.groups import make_links, warm_up_links
         from tessel_dsl.executor.runtime import RankRunner
@@ -195,7 +208,8 @@ class Pipeline:
             inputs, target = inputs
         target = target if isinstance(target, (tuple, list)) else (target,)
         self._prepare(inputs, tuple(target))
-        result = self.runner.step(self.iteration, collect=True)
+        with self._loss_parallel():
+            result = self.runner.step(self.iteration, collect=True)
         self.iteration += 1
         self._reduce_grads()
         sink = self.chain[-1]
@@ -204,6 +218,17 @@ class Pipeline:
                              device=self.device)
         dist.all_reduce(total)
         return float(total) / (self.n * self.replicas)
+
+    def _loss_parallel(self):
+        """With tensor-parallel blocks, a loss over vocabulary-sharded logits (DTensor) is
+        computed without gathering them: forward and backward both run in this context."""
+        import contextlib
+
+        if not self.tp:
+            return contextlib.nullcontext()
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        return loss_parallel()
 
     @torch.no_grad()
     def forward(self, inputs):
@@ -259,13 +284,14 @@ class Pipeline:
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        grads = [_local(p.grad) for p in params]  # a sharded parameter reduces its own shard
+        flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, group=self.dp_group)
         flat /= self.replicas
         off = 0
-        for p in params:
-            n = p.numel()
-            p.grad.copy_(flat[off:off + n].view_as(p.grad))
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[off:off + n].view_as(g))
             off += n
 
     # -- checkpoints ------------------------------------------------------------------------
@@ -423,6 +449,26 @@ def _check_blocks(spec, model: nn.Module, chain: list[str], blocks: dict[str, li
     loose = [n for n, p in model.named_parameters() if id(p) not in holder]
     if loose:
         raise ExecutionError(f"parameters outside every block: {loose[:5]}{' ...' if len(loose) > 5 else ''}")
+
+
+def _check_tp(spec, blocks: dict[str, list[str]], tp: dict[str, dict[str, Any]]) -> None:
+    """Tensor-parallel plans only for multi-device blocks spanning the plan's devices, and only
+    over submodules of the block."""
+    for b, plan in tp.items():
+        if b not in blocks:
+            raise ExecutionError(f"tensor-parallel plan for {b!r}, which is no forward block")
+        devs = spec.block(b).devices
+        if sorted(devs) != list(range(spec.devices)):
+            raise ExecutionError(f"tensor-parallel plan for {b!r}: only blocks on all {spec.devices} devices "
+                                 f"can be sharded (it runs on {list(devs)})")
+        for f in plan:
+            if not any(f == m or f.startswith(m + ".") for m in blocks[b]):
+                raise ExecutionError(f"tensor-parallel plan for {b!r} names {f!r}, which is not in the block")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The storage of this rank's shard of a DTensor (written in place), or `t` itself."""
+    return getattr(t, "_local_tensor", t)
 
 
 def _on_meta(mod: nn.Module) -> bool:

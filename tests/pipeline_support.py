@@ -92,7 +92,16 @@ def reference(build, loss_fn, data, micro: int) -> list[float]:
     return losses
 
 
-def pipelined(plan, build, loss_fn, blocks, data, replicas: int = 1, on_meta: bool = False) -> dict:
+def gpt_tp():
+    """Vocabulary-sharded embedding and LM head (the M-shape's E and H) as DTensor plans."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {"E": {"embed": RowwiseParallel(input_layouts=Replicate())},
+            "H": {"head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)}}
+
+
+def pipelined(plan, build, loss_fn, blocks, data, replicas: int = 1, on_meta: bool = False, tp=None) -> dict:
     """One rank of R replicas: each takes its rows of every batch; returns its losses."""
     import torch.distributed as dist
 
@@ -109,7 +118,7 @@ def pipelined(plan, build, loss_fn, blocks, data, replicas: int = 1, on_meta: bo
             mod.load_state_dict(subs[fqn].state_dict())
     else:
         model = build()
-    pipe = Pipeline(plan, model, loss_fn, blocks=blocks, replicas=replicas, init=init)
+    pipe = Pipeline(plan, model, loss_fn, blocks=blocks, replicas=replicas, init=init, tp=tp() if tp else None)
     opt = optimizer(pipe.parameters())
     losses = []
     for x, y in data:
@@ -119,7 +128,8 @@ def pipelined(plan, build, loss_fn, blocks, data, replicas: int = 1, on_meta: bo
         opt.zero_grad()
     meta = sorted(n for n, p in model.named_parameters() if p.is_meta)
     return {"losses": losses, "rank": dist.get_rank(), "meta": meta,
-            "local": sorted(n for n, _ in pipe.named_parameters())}
+            "local": sorted(n for n, _ in pipe.named_parameters()),
+            "shapes": {n: tuple(getattr(p, "_local_tensor", p).shape) for n, p in pipe.named_parameters()}}
 
 
 def rel(a: float, b: float) -> float:

@@ -15,11 +15,11 @@ from . import pipeline_support as ps  # noqa: E402
 STEPS, N, ROWS, SEQ = 20, 4, 2, 8  # rows per micro-batch
 
 
-def check(plan, build, loss_fn, blocks, vocab, replicas=1, on_meta=False):
+def check(plan, build, loss_fn, blocks, vocab, replicas=1, on_meta=False, tp=None):
     data = ps.batches(vocab, STEPS, ROWS * N * replicas, SEQ)
     want = ps.reference(build, loss_fn, data, N * replicas)
     got = run_ranks(ps.pipelined, plan.spec.devices * replicas, plan, build, loss_fn, blocks, data, replicas,
-                    on_meta, timeout=300)
+                    on_meta, tp, timeout=300)
     for r in got:
         errs = [ps.rel(a, b) for a, b in zip(r["losses"], want)]
         assert len(r["losses"]) == STEPS and max(errs) <= 1e-5, (r["rank"], errs)
@@ -40,6 +40,14 @@ def test_gpt_mshape_two_ranks_from_meta_device():
 def test_gpt_mshape_two_by_two_data_parallel():
     plan = ps.searched_plan(ps.mshape(2, N))
     check(plan, ps.gpt, ps.gpt_loss, blocks_by_name(plan.spec, 4), 512, replicas=2)
+
+
+def test_gpt_mshape_with_dtensor_sharded_embedding_and_head_two_by_two():
+    plan = ps.searched_plan(ps.shapes.mshape(2, microbatches=N, head=True))
+    got = check(plan, ps.gpt, ps.gpt_loss, blocks_by_name(plan.spec, 4), 512, replicas=2, tp=ps.gpt_tp)
+    for r in got:  # each of a replica's two ranks holds half of the vocabulary's rows
+        assert r["shapes"]["embed.weight"] == (256, 32) and r["shapes"]["head.weight"] == (256, 32)
+        assert r["shapes"]["pos.weight"] == (8, 32)
 
 
 @pytest.mark.parametrize("shape", ["vshape", "mshape"])
