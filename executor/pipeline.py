@@ -172,7 +172,7 @@ class Pipeline:
                 self.binding.hooked[b] = [self.model.get_submodule(f) for f in self.tp[b]]
 
     def _make_runner(self, timeout: float) -> None:
-        from tessel_dsl.executor.groups import make_links, warm_up_links
+        from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
         from tessel_dsl.executor.runtime import RankRunner
 
         links = {}
@@ -181,8 +181,30 @@ class Pipeline:
             made = make_links(self.plan.programs, self.backend, tuple(int(r) for r in self.mesh.mesh[k].tolist()))
             if k == self.replica:
                 links = made
+        warm_up_device(self.device)
         warm_up_links(links, self.pp_rank, self.device, self.ranks)
         self.runner = RankRunner(self.plan, self.stage, self.pp_rank, self.device, timeout, None, links, self.ranks)
+        self._links, self._timeout = links, timeout
+        self._primed = self.device.type != "cuda" and os.environ.get("TESSEL_PRIME") != "1"
+
+    def _prime(self) -> None:
+        """On GPUs, run the first batch once through the blocking lowering of the same schedule
+        and drop its gradients: first-time costs (library handles, allocator growth) are paid
+        with nothing in flight, where a posted receive spinning on the GPU could otherwise wait
+        forever for a peer stuck the same way (see the executor's `rank._prime`)."""
+        import dataclasses
+
+        from tessel_dsl.lower import lower
+        from tessel_dsl.executor.runtime import RankRunner
+
+        blocking = dataclasses.replace(self.plan, programs=lower(self.plan.spec, self.plan.schedule, blocking=True))
+        with self._loss_parallel():
+            RankRunner(blocking, self.stage, self.pp_rank, self.device, self._timeout, None, self._links,
+                       self.ranks).step(-1)
+        for p in self.parameters():
+            p.grad = None
+        dist.barrier()
+        self._primed = True
 
     # -- what the user sees -----------------------------------------------------------------
     def parameters(self) -> Iterator[nn.Parameter]:
@@ -208,6 +230,8 @@ class Pipeline:
             inputs, target = inputs
         target = target if isinstance(target, (tuple, list)) else (target,)
         self._prepare(inputs, tuple(target))
+        if not self._primed:
+            self._prime()
         with self._loss_parallel():
             result = self.runner.step(self.iteration, collect=True)
         self.iteration += 1
@@ -237,6 +261,8 @@ class Pipeline:
         if self.train:
             raise ExecutionError("this plan is for training: use step(inputs, target)")
         self._prepare(inputs, ())
+        if not self._primed:
+            self._prime()
         result = self.runner.step(self.iteration, collect=True)
         self.iteration += 1
         sink = self.chain[-1]
