@@ -25,7 +25,13 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class SearchInfo:
-    """How the schedule was found; `proven` is False when a time limit cut the search short."""
+    """How the schedule was found and what of it is proven.
+
+    `period_proven`: `period` is the smallest of any repetend that holds each block at most
+    `copies` times (over every N_R the search allows). `proven`: that, and no budget or time limit
+    cut any solve of the search short (the note says which did). `makespan_bound` is a lower bound
+    on the makespan for this N (`search/bounds.py`); the makespan is optimal when it reaches it.
+    """
 
     solver: str = "none"
     method: str = "none"
@@ -37,6 +43,9 @@ class SearchInfo:
     candidates_tried: int = 0
     candidates_pruned: int = 0
     note: str = ""
+    period_proven: bool = False
+    copies: int = 1
+    makespan_bound: int = 0
 
 
 @dataclass(frozen=True)

@@ -130,8 +130,9 @@ def check_spec(spec: Spec) -> None:
 
 def _check_search(info) -> None:
     _real(info.seconds, "search.seconds", 0.0)
-    for name in ("lower_bound", "period", "nr", "candidates_tried", "candidates_pruned"):
+    for name in ("lower_bound", "period", "nr", "candidates_tried", "candidates_pruned", "makespan_bound"):
         _int(getattr(info, name), f"search.{name}", 0, MAX_QUANTITY)
+    _int(info.copies, "search.copies", 1, MAX_QUANTITY)
 
 
 def _check_schedule(spec: Spec, schedule: Schedule) -> None:

@@ -54,7 +54,7 @@ def test_paper_placements_reach_the_lower_bound(shape, mode):
     spec = parse_file(SPECS / f"{shape}.tsl", mode=mode)
     result = search(spec, microbatches=24)
     assert result.info.period == result.info.lower_bound, result.info
-    assert result.info.proven
+    assert result.info.period_proven
     validate(spec, result.schedule)
     assert result.schedule.microbatches == 24
     assert max(result.schedule.peak_memory(spec)) <= spec.memory

@@ -66,3 +66,20 @@ def test_usage_errors_exit_2(tmp_path):
         r = tessel("search", str(ROOT / "specs/vshape.tsl"), *args, cwd=tmp_path)
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+def test_summary_states_the_makespan_gap_in_the_specs_units(tmp_path):
+    from tessel_dsl.search.bounds import makespan_bound
+
+    spec_path = ROOT / "specs/nnshape.tsl"  # resolution time 10ms
+    r = tessel("search", str(spec_path), "-o", str(tmp_path / "nn.json"), "-n", "8", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    plan = load_plan(tmp_path / "nn.json")
+    assert s["makespan_bound"] == plan.search.makespan_bound == makespan_bound(plan.spec, 8)
+    assert s["makespan_gap"] == s["makespan"] - s["makespan_bound"] >= 0
+    assert s["time_unit"] == "10ms" and s["copies"] == 1 and s["period_proven"] is True
+    table = tessel("search", str(spec_path), "-o", str(tmp_path / "nn2.json"), "-n", "8", cwd=tmp_path)
+    assert s["makespan_gap"] > 0  # N=8 leaves a gap to the bound, so the table must state it in ms
+    assert f"lower bound {s['makespan_bound']}: {s['makespan_gap']} ({s['makespan_gap'] * 10} ms) above" \
+        in table.stdout

@@ -32,7 +32,7 @@ def test_mshape_d8_period_is_settled():
     status, rep = solve_period(spec, 10, limit, "cpsat", None)
     assert status == "optimal" and rep.period == 10
     result = search_mod.search(spec, microbatches=16)
-    assert result.info.period == 10 and result.info.proven
+    assert result.info.period == 10 and result.info.period_proven
     validate(spec, result.schedule)
     # 1F1B+ (the only applicable baseline) repeats every 14.
     plus = build(spec, "1f1b+", 16)

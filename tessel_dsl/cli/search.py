@@ -10,6 +10,18 @@ import typer
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
+def in_time(s: dict, units: int) -> str:
+    """`units` of the spec's time in its own terms (from a `summary`): ``12`` for plain units,
+    ``12 (120 ms)`` when the spec declares a time resolution."""
+    if s["time_unit_seconds"] is None:
+        return str(units)
+    seconds = units * s["time_unit_seconds"]
+    for scale, label in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        if abs(seconds) >= scale or scale == 1e-9:
+            return f"{units} ({seconds / scale:.4g} {label})"
+    return str(units)
+
+
 def summary(spec, plan) -> dict:
     """The numbers `tessel search` reports, as plain data (the `--json` output)."""
     info, sched = plan.search, plan.schedule
@@ -23,6 +35,10 @@ def summary(spec, plan) -> dict:
         "gap": round(gap, 6),
         "nr": info.nr,
         "makespan": sched.makespan(spec),
+        "makespan_bound": info.makespan_bound,
+        "makespan_gap": sched.makespan(spec) - info.makespan_bound if info.makespan_bound else None,
+        "time_unit": spec.units.time_label,
+        "time_unit_seconds": spec.units.time_seconds if spec.units.time_label != "unit" else None,
         "bubble": round(sched.bubble_rate(spec), 6),
         "peak_memory": list(plan.peak_memory),
         "memory": spec.memory,
@@ -30,6 +46,8 @@ def summary(spec, plan) -> dict:
         "solver": info.solver,
         "method": info.method,
         "proven": info.proven,
+        "period_proven": info.period_proven,
+        "copies": info.copies,
         "candidates_tried": info.candidates_tried,
         "candidates_pruned": info.candidates_pruned,
         "note": info.note,
@@ -49,12 +67,16 @@ def render(s: dict, out: Path) -> None:
         ("repetend period t_R", f"{s['period']}  (lower bound {s['lower_bound']}: {verdict})" if s["period"]
          else "- (no repetend; solved directly)"),
         ("micro-batches in repetend N_R", str(s["nr"]) if s["nr"] else "-"),
-        ("makespan", str(s["makespan"])),
+        ("makespan", f"{s['makespan']}" + (f"  (lower bound {s['makespan_bound']}: "
+                                           f"{in_time(s, s['makespan_gap'])} above)" if s["makespan_bound"] else "")),
         ("bubble rate", f"{s['bubble'] * 100:.2f}%"),
         ("peak memory per device", " ".join(map(str, s["peak_memory"])) + f"  (M={s['memory']})"),
         ("search", f"{s['search_seconds']:.2f}s, {s['solver']}/{s['method']}, "
                    f"{s['candidates_tried']} tried, {s['candidates_pruned']} pruned"),
-        ("proven", "yes" if s["proven"] else "[yellow]no[/]"),
+        ("proven", ("yes" if s["proven"] else "[yellow]no[/]") + (
+            f"  (period minimal among repetends that hold each block "
+            f"{'once' if s['copies'] == 1 else str(s['copies']) + ' times or fewer'})" if s["period_proven"]
+            else "  (period not proven minimal)" if s["period"] else "")),
     ]
     if s["note"]:
         rows.append(("note", s["note"]))

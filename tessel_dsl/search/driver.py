@@ -28,6 +28,7 @@ from tessel_dsl.schedule import Repetend, Schedule, Slot
 from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, resolve, solve
 from tessel_dsl.validate import validate
 from tessel_dsl.search.modulo import POLISH_EFFORT
+from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.direct import direct
 from tessel_dsl.search.timescale import divide_schedule, divide_spec, divisible, scale_schedule, time_unit
 
@@ -132,15 +133,17 @@ def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock
     from tessel_dsl.search.modulo import solve_period
 
     lo, hi, best = lower_bound(spec), fallback.period, fallback
+    best_cuts: list[str] = []  # what a budget cut in finding `best` (its latency polish)
     max_nr = cyclic_nr_limit(spec)
     open_periods: set[int] = set()  # tried, neither found feasible nor proven infeasible
 
     def attempt(period: int, effort: float) -> str:
-        nonlocal lo, hi, best
+        nonlocal lo, hi, best, best_cuts
         counters.period, counters.nr = period, max_nr
         report("repetend (modulo)")
         counters.tried += 1
-        status, rep = solve_period(spec, period, max_nr, solver, budget(), effort)
+        cuts: list[str] = []
+        status, rep = solve_period(spec, period, max_nr, solver, budget(), effort, cuts)
         if status == "infeasible":
             counters.pruned += 1
             lo = max(lo, period + 1)  # and, by monotonicity, every period below it
@@ -148,7 +151,7 @@ def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock
         if rep is not None:
             if not accept(rep):
                 return "rejected"
-            best, hi = rep, period
+            best, hi, best_cuts = rep, period, cuts
             return "feasible"
         open_periods.add(period)
         return "unknown"
@@ -201,6 +204,7 @@ def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock
         u = clock.unit
         note = (f"{cause} before periods {lo * u}..{(hi - 1) * u} were settled" if lo < hi - 1
                 else f"{cause} before period {lo * u} was settled")
+    counters.cuts += [c.replace(f"P={hi}", f"P={hi * clock.unit}") for c in best_cuts]
     return best, proven, note, False
 
 
@@ -258,7 +262,8 @@ def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str =
     return scale_schedule(out, unit)
 
 
-def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock) -> tuple[Schedule, list[str]]:
+def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock,
+           cuts: list[str] | None = None) -> tuple[Schedule, list[str]]:
     """The best valid schedule for this N: the extension, or a shorter applicable baseline, with
     its ends re-solved (`refine.py`); the stored repetend, warmup and cooldown stay for re-extension."""
     from tessel_dsl.search.refine import best_baseline, refine_ends
@@ -272,7 +277,7 @@ def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock) -> tuple[
                      f"repetend ({span * clock.unit}): its block order is used for this N; the repetend is kept for other N")
         sched = replace(sched, slots=other.slots, repetend_start=None)
     before = sched.makespan(spec)
-    sched, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left())
+    sched, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left(), cuts=cuts)
     if better:
         notes.append(f"re-solving the warmup and cooldown regions for N={n} shortened the makespan "
                      f"from {before * clock.unit} to {sched.makespan(spec) * clock.unit}")
@@ -295,7 +300,8 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     result = _search(divide_spec(spec, unit), n, solver=solver, method=method,
                      clock=_Clock(time_limit, unit), progress=progress)
     info = result.info
-    info = replace(info, lower_bound=info.lower_bound * unit, period=info.period * unit)
+    info = replace(info, lower_bound=info.lower_bound * unit, period=info.period * unit,
+                   makespan_bound=info.makespan_bound * unit)
     sched = scale_schedule(result.schedule, unit)
     if unit > 1:
         validate(spec, sched)
@@ -325,48 +331,60 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
         sched = Schedule(n, slots, name="tessel")
         validate(spec, sched)
         dev = max(range(spec.devices), key=lambda d: net[d])
-        info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0,
-                          f"a micro-batch leaves {net[dev]} memory unit(s) on device {dev}, so no repetend can "
-                          f"repeat; all {n} micro-batches were solved directly")
+        note = (f"a micro-batch leaves {net[dev]} memory unit(s) on device {dev}, so no repetend can "
+                f"repeat; all {n} micro-batches were solved directly")
+        if not proven:
+            note += "; a budget or time limit cut the direct solve: the makespan is not proven optimal"
+        info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0, note,
+                          period_proven=False, copies=1, makespan_bound=makespan_bound(spec, n))
         return SearchResult(sched, info)
 
-    rep, proven, note = find_repetend(spec, solver=solver, method=method, clock=clock, counters=counters,
-                                      report=report)
+    rep, period_proven, note = find_repetend(spec, solver=solver, method=method, clock=clock,
+                                             counters=counters, report=report)
     best[0] = rep.period
     counters.period, counters.nr = rep.period, rep.nr
     report("completion")
     warm = solve_warmup(spec, rep, solver=solver, time_limit=clock.left(), effort=COMPLETION_EFFORT)
     cool = solve_cooldown(spec, rep, solver=solver, time_limit=clock.left(), effort=COMPLETION_EFFORT)
     if warm is None or cool is None:  # time ran out in the optimising solve: settle for any valid one
+        counters.cuts += [what for what, got in (("the warmup", warm), ("the cooldown", cool)) if got is None]
         warm = warm or solve_warmup(spec, rep, objective=Objective.FEASIBLE, solver=solver)
         cool = cool or solve_cooldown(spec, rep, objective=Objective.FEASIBLE, solver=solver)
-        proven = False
-        note = note or "time limit reached during warmup/cooldown completion"
+        warm, cool = (None if warm is None else replace(warm, proven=True),
+                      None if cool is None else replace(cool, proven=True))  # already counted as cut
     if warm is None or cool is None:
         raise InfeasibleError(f"the repetend (P={rep.period * clock.unit}, N_R={rep.nr}) has no valid warmup or cooldown "
                               f"under M={spec.memory}")
     notes = [note] if note else []
-    if not (warm.proven and cool.proven):
-        notes.append("warmup/cooldown are the best found within the solver budget, not proven time-optimal")
+    if not warm.proven:
+        counters.cuts.append("the warmup")
+    if not cool.proven:
+        counters.cuts.append("the cooldown")
     parts = Parts(warm.slots, rep, cool.slots)
     report("extension")
     if n >= rep.nr:
         sched = extend(spec, parts, n)
         report("refinement")
-        sched, how = finish(spec, sched, solver=solver, clock=clock)
+        sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts)
         notes += how
     else:
         slots, direct_proven = direct(spec, n, solver, clock.left())
-        proven = proven and direct_proven
+        if not direct_proven:
+            counters.cuts.append(f"the direct solve of N={n}")
         # Phases stay numbered for N = N_R so the plan can still be extended (see extend.parts_of).
         sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
         validate(spec, sched)
         notes.append(f"N={n} is below the repetend's N_R={rep.nr}: solved the {n} "
                      "micro-batch(es) directly (the repetend is kept for larger N)")
+    if counters.cuts:
+        notes.append("not proven: a budget or time limit cut " + ", ".join(counters.cuts)
+                     + " (the best found is used)")
+    proven = period_proven and not counters.cuts
     note = "; ".join(notes)
     if not proven and not note:
         note = "a solver call hit the time limit"
     info = SearchInfo(solver, method, proven, clock.elapsed(), lower, rep.period, rep.nr,
-                      counters.tried, counters.pruned, note)
+                      counters.tried, counters.pruned, note, period_proven=period_proven, copies=1,
+                      makespan_bound=makespan_bound(spec, n))
     report("done")
     return SearchResult(sched, info)

@@ -132,7 +132,7 @@ def _cpsat_model(spec: Spec, period: int, max_nr: int, objective: bool):
 
 
 def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float | None,
-                       effort: float | None = None) -> tuple[str, Repetend | None]:
+                       effort: float | None = None, cuts: list[str] | None = None) -> tuple[str, Repetend | None]:
     """CP-SAT at `period`: (status, repetend), status optimal (period feasible), infeasible or unknown.
 
     First any solution (is the period feasible?) within the deterministic budget `effort`, then a
@@ -159,13 +159,16 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
     polish = cp_model.CpSolver()
     configure(polish.parameters, effort=POLISH_EFFORT,
               time_limit=None if deadline is None else max(0.01, deadline - time.monotonic()))
-    if polish.solve(m2) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    st = polish.solve(m2)
+    if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         first_s, first_r = [polish.value(x) for x in s2], [polish.value(x) for x in r2]
+    if st != cp_model.OPTIMAL and cuts is not None:
+        cuts.append(f"the micro-batch latency of the repetend at P={period}")
     return "optimal", _result(spec, period, first_s, first_r)
 
 
 def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | None,
-                    effort: float | None = None) -> tuple[str, Repetend | None]:
+                    effort: float | None = None, cuts: list[str] | None = None) -> tuple[str, Repetend | None]:
     """The same model in Z3 (feasibility within `effort`, then bisection on the objective)."""
     from tessel_dsl.search.solvers.z3 import RLIMIT_PER_EFFORT, Fresh
 
@@ -241,14 +244,16 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
             low = mid + 1
         else:
             solver.pop()
+            if cuts is not None:
+                cuts.append(f"the micro-batch latency of the repetend at P={period}")
             break
         solver.pop()
     return status, best
 
 
 def solve_period(spec: Spec, period: int, max_nr: int, solver: str, time_limit: float | None,
-                 effort: float | None = None) -> tuple[str, Repetend | None]:
-    """Dispatch to the named backend."""
+                 effort: float | None = None, cuts: list[str] | None = None) -> tuple[str, Repetend | None]:
+    """Dispatch to the named backend; a budget cutting the latency polish is added to `cuts`."""
     if solver == "z3":
-        return solve_period_z3(spec, period, max_nr, time_limit, effort)
-    return solve_period_cpsat(spec, period, max_nr, time_limit, effort)
+        return solve_period_z3(spec, period, max_nr, time_limit, effort, cuts)
+    return solve_period_cpsat(spec, period, max_nr, time_limit, effort, cuts)

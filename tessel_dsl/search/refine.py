@@ -65,13 +65,18 @@ def _regions(spec: Spec, schedule: Schedule) -> tuple[int, int]:
 
 
 def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: float | None,
-                effort: float = REFINE_EFFORT) -> tuple[Schedule, bool]:
+                effort: float = REFINE_EFFORT, cuts: list[str] | None = None) -> tuple[Schedule, bool]:
     """Re-solve the head and tail of `schedule`; returns (schedule, improved).
 
     `time_limit` caps the wall-clock time (None: only `effort` bounds it, so the answer is the
-    same on every run).
+    same on every run). When the budget stops the solve before it proves its answer optimal, a
+    line is added to `cuts`.
     """
-    if time_limit is not None and time_limit <= 0.05 or len(schedule.slots) > REFINE_MAX_TASKS:
+    if len(schedule.slots) > REFINE_MAX_TASKS:
+        return schedule, False
+    if time_limit is not None and time_limit <= 0.05:
+        if cuts is not None:
+            cuts.append(f"the end re-solve for N={schedule.microbatches} (no time left)")
         return schedule, False
     head, tail = _regions(spec, schedule)
     slots = sorted(schedule.slots, key=lambda s: (s.start, s.block, s.mb))
@@ -91,6 +96,8 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
     if span <= makespan_lower_bound(problem):
         return schedule, False  # already as short as this problem allows: nothing to re-solve
     sol = solve(problem, Objective.MAKESPAN, time_limit, solver=solver, effort=effort)
+    if sol.status != "optimal" and cuts is not None:
+        cuts.append(f"the end re-solve for N={schedule.microbatches}")
     if not sol.ok or sol.objective is None or sol.objective >= span:
         return schedule, False
     new = compact(spec, [Slot(t, s.block, s.mb) for s, t in zip(slots, sol.starts)])

@@ -34,6 +34,8 @@ class Counters:
     timed_out: int = 0
     nr: int = 0
     period: int = 0
+    # One line per solve a budget or time limit cut short (so the answer may not be optimal).
+    cuts: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
