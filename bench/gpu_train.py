@@ -120,7 +120,7 @@ def tessel_rank(plan_file: str, replicas: int, steps: int, warmup: int) -> dict:
     pipe = Pipeline(plan, model, _loss, blocks=blocks_by_name(plan.spec, cfg.layers), replicas=replicas, tp=tp)
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    opt = torch.optim.AdamW(pipe.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(pipe.param_groups(), lr=1e-4)
 
     def step(x, y):
         loss = pipe.step(x, y)

@@ -92,8 +92,11 @@ class Pipeline:
             if "RANK" not in os.environ:
                 raise ExecutionError("no process group: start the ranks with torchrun or "
                                      "tessel_dsl.executor.ranks.run_ranks")
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+            backend, bind = ("nccl", None) if torch.cuda.is_available() else ("gloo", None)
+            if backend == "nccl":
+                bind = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+                torch.cuda.set_device(bind)
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), device_id=bind)
         world, D = dist.get_world_size(), self.devices
         if mesh is not None:
             shape = tuple(mesh.mesh.shape)
@@ -219,6 +222,14 @@ class Pipeline:
                 if id(p) not in seen:
                     seen.add(id(p))
                     yield f"{fqn}.{n}", p
+
+    def param_groups(self) -> list[dict]:
+        """This rank's parameters as optimizer groups, DTensor shards apart from plain tensors:
+        foreach and fused optimizers handle one kind per group."""
+        plain, sharded = [], []
+        for _, p in self.named_parameters():
+            (sharded if hasattr(p, "placements") else plain).append(p)
+        return [g for g in ({"params": plain}, {"params": sharded}) if g["params"]]
 
     def step(self, inputs, target=None) -> float:
         """One training step over the plan's N micro-batches; returns the mean loss (over

@@ -119,7 +119,7 @@ def pipelined(plan, build, loss_fn, blocks, data, replicas: int = 1, on_meta: bo
     else:
         model = build()
     pipe = Pipeline(plan, model, loss_fn, blocks=blocks, replicas=replicas, init=init, tp=tp() if tp else None)
-    opt = optimizer(pipe.parameters())
+    opt = optimizer(pipe.param_groups())
     losses = []
     for x, y in data:
         k = pipe.replica
