@@ -17,3 +17,12 @@ MAX_INSTANCES = 1_000_000
 MAX_QUANTITY = 2 ** 40
 # Plan files: bigger than any plan within MAX_INSTANCES, small enough to parse in well under 1 GB.
 MAX_PLAN_BYTES = 256 * 1024 * 1024
+
+# Spec text. Loops, shape uses and edge groups multiply what a few lines ask for, so their total
+# (iterations + uses + edges) has one budget for the whole evaluation, and numbers are bounded
+# before any arithmetic. The parser's cost grows faster than linearly with the length of one
+# statement, so a statement (one line, or several joined inside brackets) is bounded too.
+MAX_EXPANSION = 1_000_000
+MAX_NUMBER = 10 ** 15
+MAX_SPEC_BYTES = 16 * 1024 * 1024
+MAX_STATEMENT_CHARS = 64 * 1024

@@ -21,7 +21,7 @@ _FORWARD_ONLY = ("grad", "grad time", "infer memory")
 def build_block(ev: "Evaluator", s: A.BlockDecl, env) -> None:
     """Evaluate one `forward|backward|... NAME [of FWD] [on DEVICES] time T memory M ...`."""
     if len(ev.blocks) >= MAX_BLOCKS:
-        raise ev.error("too-large", f"more than {MAX_BLOCKS} blocks", s.loc)
+        ev.stop("too-large", f"more than {MAX_BLOCKS} blocks", s.loc)
     kind = Kind(s.kind)
     name = ev.render(s.name, env)
     opts: dict[str, tuple[object, Location]] = {}
@@ -100,6 +100,7 @@ def expand_edges(ev: "Evaluator", s: A.Edges, env) -> None:
                 raise ev.error("empty-group", f"`{node.var} in {lo}..{hi}` is empty", node.loc)
             if hi - lo > 100_000:
                 raise ev.error("too-large", f"`{node.var} in {lo}..{hi}` is far too large", node.loc)
+            ev.spend(hi - lo + 1, f"`{node.var} in {lo}..{hi}`", node.loc)
             items = [(ev.render(node.name, {node.var: i, **env}), node.name.loc) for i in range(lo, hi + 1)]
             if node.sequence:
                 for (a, _), (b, loc) in zip(items, items[1:]):
@@ -108,6 +109,7 @@ def expand_edges(ev: "Evaluator", s: A.Edges, env) -> None:
             else:
                 pieces.append((items, items))
     for (_, exits), (entries, _) in zip(pieces, pieces[1:]):
+        ev.spend(len(exits) * len(entries), "these dependencies", s.loc)
         for a, _ in exits:
             for b, loc in entries:
                 _add(ev, a, b, tensor, loc)

@@ -21,12 +21,18 @@ from tessel_dsl import units as U
 from tessel_dsl.errors import Diagnostic, Location
 from tessel_dsl.ir import Block, Edge, Expectation, Link, Units
 from tessel_dsl.lang.blocks import build_block
-from tessel_dsl.lang.values import MAX_BLOCKS, MAX_DEVICES, UNSET, ForwardOptions, Skip, Values
+from tessel_dsl.lang.values import MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER, UNSET, ForwardOptions, Skip, Values
+from tessel_dsl.limits import MAX_EXPANSION
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 SYMBOLS = ("M", "lower_bound")  # expectation values resolved later, against the searched plan
 _HEADER = (A.Placement, A.Devices, A.Memory, A.Microbatches, A.ModeStmt, A.LinkStmt, A.Expect, A.Derive)
 _BODY = (A.BlockDecl, A.Edges, A.For, A.Use)
+
+
+class _Stop(Exception):
+    """Evaluation cannot usefully go on (a budget is spent, the device count is unusable); the
+    diagnostic saying why has been recorded."""
 
 
 
@@ -70,6 +76,8 @@ class Evaluator(Values):
         self._time_res: tuple[float, str] | None = None
         self._mem_res: tuple[int, str] | None = None
         self._using: list[str] = []
+        self._budget = MAX_EXPANSION
+        self.stopped = False  # evaluation ended early: the blocks gathered are incomplete
 
     # ---- driver -----------------------------------------------------------------------------
     def run(self) -> Program:
@@ -83,9 +91,14 @@ class Evaluator(Values):
                            f"(parameters: {declared})", None)
         for s in top:
             self._guard(self._header, s, isinstance(s, _HEADER))
-        for s in top:
-            if isinstance(s, _BODY):
-                self._guard(self._body, s, True, self.params)
+        try:
+            if self._devices_ok():
+                for s in top:
+                    if isinstance(s, _BODY):
+                        self._guard(self._body, s, True, self.params)
+        except _Stop:
+            self.skipped_blocks += 1
+            self.stopped = True
         # A declaration that was written but failed has been reported already.
         if self.out.devices is None and "devices" not in self._seen_header:
             self.error("missing-declaration", "the spec never says how many devices it uses "
@@ -100,6 +113,24 @@ class Evaluator(Values):
             memory_label=self._mem_res[1] if self._mem_res else "unit",
         )
         return self.out
+
+    def _devices_ok(self) -> bool:
+        """Blocks are only worth building for a usable device count: one out of range (say
+        ``--set D=100000``) is reported at once, before loops over D run."""
+        return self.out.devices is not None or "devices" not in self._seen_header
+
+    def stop(self, code: str, message: str, loc: Location | None) -> None:
+        """Record a diagnostic and end the evaluation (a limit that every later statement would hit)."""
+        self.error(code, message, loc)
+        raise _Stop()
+
+    def spend(self, n: int, what: str, loc: Location | None) -> None:
+        """Charge `n` units of expansion (loop iterations, shape uses, edges) to the budget."""
+        self._budget -= n
+        if self._budget < 0:
+            self.error("too-large", f"{what} goes over the expansion budget: loops, shape uses and "
+                       f"edges may expand to at most {MAX_EXPANSION} items in all", loc)
+            raise _Stop()
 
     def _guard(self, fn, stmt, wanted: bool, *args) -> None:
         if not wanted:
@@ -169,7 +200,9 @@ class Evaluator(Values):
         if s.name in self.sets:
             text = self.sets[s.name]
             try:
-                value: object = int(text)
+                value: object = int(text) if len(text) <= 20 else float(text)
+                if abs(value) > MAX_NUMBER:  # type: ignore[arg-type]
+                    raise ValueError(text)
             except ValueError:
                 try:
                     value = float(text)
@@ -286,6 +319,7 @@ class Evaluator(Values):
             lo, hi = self.integer(s.range.lo, env), self.integer(s.range.hi, env)
             if hi - lo + 1 > MAX_BLOCKS:
                 raise self.error("too-large", f"loop over {hi - lo + 1} values is too large", s.loc)
+            self.spend(max(0, hi - lo + 1), "this loop", s.loc)
             for i in range(lo, hi + 1):
                 inner = ChainMap({s.var: i}, env)
                 for t in s.body:
@@ -310,6 +344,7 @@ class Evaluator(Values):
             raise self.error("unknown-name", f"unknown shape `{s.name}` (shapes: {known})", s.loc)
         if s.name in self._using:
             raise self.error("shape-recursion", f"shape `{s.name}` uses itself", s.loc)
+        self.spend(1, f"`use {s.name}`", s.loc)
         names = [p for p, _ in shape.params]
         args: dict[str, object] = {}
         for i, (key, expr, loc) in enumerate(s.args):

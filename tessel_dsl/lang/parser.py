@@ -19,6 +19,7 @@ from tessel_dsl.lang.tree import ToAst
 from tessel_dsl.lang.derive import derive_backward, project_infer
 from tessel_dsl.errors import Diagnostic, Location, SpecError, TesselError, TslSyntaxError
 from tessel_dsl.ir import Block, Edge, Mode, Spec
+from tessel_dsl.limits import MAX_SPEC_BYTES, MAX_STATEMENT_CHARS
 
 _PARSER: Lark | None = None
 
@@ -150,6 +151,7 @@ def parse_module(text: str, file: str) -> A.Module:
     text = text.lstrip("\ufeff")
     if not text.endswith("\n"):
         text += "\n"
+    _check_statement_length(text, file)
 
     def parse_expr(src: str, loc: Location) -> A.Expr:
         tree = _parse_tree(src, file, "expr", (loc.line - 1, loc.column - 1), text)
@@ -168,16 +170,78 @@ def parse_module(text: str, file: str) -> A.Module:
 # ---- evaluation -----------------------------------------------------------------------------
 
 
+class _Unreadable(Exception):
+    """A spec file that cannot or must not be read; the message never quotes its content."""
+
+
+def read_spec_text(path, *, include: bool = False) -> str:
+    """The text of a spec file: a regular file of at most MAX_SPEC_BYTES, UTF-8. An include must
+    also be named ``*.tsl`` (after following links), so `include` cannot be pointed at a device,
+    a pipe or another kind of file whose first line a syntax error would print."""
+    import os
+    import stat
+
+    p = Path(path)
+    try:
+        if include and (p.suffix != ".tsl" or Path(os.path.realpath(p)).suffix != ".tsl"):
+            raise _Unreadable("only .tsl spec files can be included")
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Unreadable("not a regular file")
+        if st.st_size > MAX_SPEC_BYTES:
+            raise _Unreadable(f"larger than {MAX_SPEC_BYTES >> 20} MiB")
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_SPEC_BYTES + 1)
+    except OSError as e:
+        raise _Unreadable(e.strerror or type(e).__name__) from None
+    except ValueError:  # a NUL byte in the path
+        raise _Unreadable("the path contains a NUL byte") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise _Unreadable(f"larger than {MAX_SPEC_BYTES >> 20} MiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Unreadable(f"not UTF-8 text (byte {e.start})") from None
+
+
 def _loader(diags: list[Diagnostic]):
     def load(path: str, loc: Location) -> A.Module | None:
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            reason = getattr(e, "strerror", None) or str(e)
-            diags.append(Diagnostic("include-error", f"cannot include {path}: {reason}", loc))
+            text = read_spec_text(path, include=True)
+        except _Unreadable as e:
+            shown = path.replace("\x00", "\\0")  # printable, even with a NUL byte
+            diags.append(Diagnostic("include-error", f"cannot include {shown}: {e}", loc))
             return None
         return parse_module(text, path)
     return load
+
+
+def _check_statement_length(text: str, file: str) -> None:
+    """Refuse a statement longer than MAX_STATEMENT_CHARS before the parser sees it (its cost grows
+    faster than linearly with one statement's length). Lines inside brackets join one statement."""
+    import re
+
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError([Diagnostic("too-large", f"spec text is larger than {MAX_SPEC_BYTES >> 20} MiB",
+                                    Location(file, 1, 1))])
+    depth, start = 0, 0
+    for m in re.finditer(r'[()\[\]{}\n]|#[^\n]*|"[^"\n]*"', text):
+        c = m.group()
+        if m.start() - start > MAX_STATEMENT_CHARS:
+            first = text.count("\n", 0, start) + 1
+            raise SpecError([Diagnostic("too-large", f"a statement longer than {MAX_STATEMENT_CHARS} characters "
+                                        "(split it up, or use a loop)", Location(file, first, 1))])
+        if c == "\n":
+            if depth == 0:
+                start = m.end()
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+    if len(text) - start > MAX_STATEMENT_CHARS:
+        first = text.count("\n", 0, start) + 1
+        raise SpecError([Diagnostic("too-large", f"a statement longer than {MAX_STATEMENT_CHARS} characters "
+                                    "(split it up, or use a loop)", Location(file, first, 1))])
 
 
 def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
@@ -225,7 +289,7 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
         microbatches=out.microbatches, mode=chosen, expectations=tuple(ev.expectations),
         units=out.units, link=out.link, params=tuple(ev.param_text), source=module.file,
     )
-    if out.devices is not None and out.memory is not None:
+    if out.devices is not None and out.memory is not None and not ev.stopped:
         found = diagnose(spec)
         # After an evaluation error, blocks or edges may be missing: do not report that twice.
         if ev.skipped_blocks:
@@ -283,8 +347,7 @@ def parse(text: str, file: str = "<string>", sets: dict[str, str] | None = None,
 def parse_file(path, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
     """Read, parse and check a `.tsl` file (includes are relative to it)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = getattr(e, "strerror", None) or str(e)
-        raise SpecError([Diagnostic("cannot-read", f"cannot read spec {path}: {reason}")]) from None
+        text = read_spec_text(path)
+    except _Unreadable as e:
+        raise SpecError([Diagnostic("cannot-read", f"cannot read spec {path}: {e}")]) from None
     return parse(text, str(path), sets, mode)

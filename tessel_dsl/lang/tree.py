@@ -5,7 +5,8 @@ from typing import Callable
 
 from lark import Token, Transformer, Tree, v_args
 
-from tessel_dsl.errors import Location
+from tessel_dsl.errors import Location, SyntaxError_
+from tessel_dsl.limits import MAX_NUMBER
 from tessel_dsl.lang.syntax import (
     BinOp, BlockDecl, Derive, DevAll, DevList, DevRange, Devices, Edges, Expect, Expr, For, Include,
     LinkStmt, Memory, Microbatches, ModeStmt, Name, Neg, NodeFor, NodeGroup, NodeName, Num, Param,
@@ -53,6 +54,11 @@ class ToAst(Transformer):
     # expressions
     def number(self, meta, c):
         s = str(c[0])
+        whole = s.split(".")[0]
+        if len(whole.lstrip("0")) > len(str(MAX_NUMBER)):
+            # Checked on the text: int() of thousands of digits is slow or refused outright.
+            raise SyntaxError_(f"number {whole[:12]}... has {len(whole)} digits; numbers are at most "
+                               f"{MAX_NUMBER:.0e}", self._tloc(c[0]))
         return Num(float(s) if "." in s else int(s), self._tloc(c[0]))
 
     def var(self, meta, c):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tessel_dsl.lang import syntax as A
 from tessel_dsl import units as U
 from tessel_dsl.errors import Diagnostic, Location
-from tessel_dsl.limits import MAX_BLOCKS, MAX_DEVICES  # noqa: F401  (re-exported to the evaluator)
+from tessel_dsl.limits import MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER  # noqa: F401  (re-exported)
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 
@@ -42,12 +42,16 @@ class Values:
 
     def error(self, code: str, message: str, loc: Location | None) -> Skip:
         d = Diagnostic(code, message, loc)
-        if d not in self.diags:  # a loop body repeats the same mistake once per iteration
+        seen = self.__dict__.setdefault("_diag_set", set())
+        if d not in seen:  # a loop body repeats the same mistake once per iteration
+            seen.add(d)
             self.diags.append(d)
         return Skip()
 
     def num(self, e: A.Expr, env) -> int | float:
         if isinstance(e, A.Num):
+            if not math.isfinite(e.value) or abs(e.value) > MAX_NUMBER:
+                raise self.error("bad-value", f"number out of range (at most {MAX_NUMBER:.0e})", e.loc)
             return e.value
         if isinstance(e, A.Var):
             v = env.get(e.name, None) if "{" not in e.name else None
@@ -69,7 +73,7 @@ class Values:
             if b == 0:
                 raise self.error("bad-value", "division by zero", e.loc)
             r = a // b if isinstance(a, int) and isinstance(b, int) and a % b == 0 else a / b
-        if isinstance(r, float) and not math.isfinite(r) or isinstance(r, int) and abs(r) > 10**15:
+        if isinstance(r, float) and not math.isfinite(r) or abs(r) > MAX_NUMBER:
             raise self.error("bad-value", "number out of range", e.loc)
         return r
 
