@@ -28,9 +28,20 @@ from tessel_dsl.executor.report import RunReport
 
 __all__ = ["Channel", "Options", "check_plan", "free_port", "load", "rank_main", "spawn"]
 
-# The order in which to blame failures: a block that raised beats a rank that stalled, which
-# beats ranks that merely timed out waiting for the others.
-_SEVERITY = {"raised": 0, "stalled": 1, "died": 2, "comm": 3}
+# The order in which to blame failures. A rank that died without a word (killed, crashed) is
+# the cause of whatever its peers then report: their transfers with it fail, often as a raw
+# RuntimeError from the communication library. After that, a block that raised beats a rank that
+# stalled, which beats ranks that merely timed out waiting for the others.
+_SEVERITY = {"died": 0, "raised": 1, "stalled": 2, "comm": 3}
+
+# Started with ``python -c BOOT JOB RANK``: the working directory, which ``python -m`` would put
+# first on sys.path, is removed before anything is imported, so a stray ``tessel_dsl.py``,
+# ``executor.py`` or ``torch.py`` there is never run. Only the installed package (or the source
+# tree this launcher came from) and the folder holding the ``--model`` module are searched, the
+# latter after everything else.
+_BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+         "sys.path.extend(sys.argv[3:]); sys.argv[:] = sys.argv[:3]; "
+         "import runpy; runpy.run_module('tessel_dsl.executor.worker', run_name='__main__', alter_sys=False)")
 
 
 def check_plan(plan: Plan, nproc: int | None = None) -> int:
@@ -82,8 +93,9 @@ def check_plan(plan: Plan, nproc: int | None = None) -> int:
 def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
     """Start one process per device on this host, wait for them, return rank 0's merged report.
 
-    Ranks are fresh interpreters (``python -m tessel_dsl.executor.worker``), so nothing of the caller's
-    process -- a CLI, a test runner -- is re-imported or inherited."""
+    Ranks are fresh interpreters (the worker module, started so that the working directory is not
+    on their import path: see `_BOOT`), so nothing of the caller's process -- a CLI, a test
+    runner -- is re-imported or inherited."""
     world = check_plan(plan, nproc)
     with tempfile.TemporaryDirectory(prefix="tessel-run-") as tmp:
         job = Path(tmp)
@@ -103,7 +115,8 @@ def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
             _preload(opts.model)
             procs = [_Forked(job, r, world) for r in range(world)]
         else:
-            procs = [subprocess.Popen([sys.executable, "-m", "tessel_dsl.executor.worker", tmp, str(r)], env=env)
+            extra = _model_root(opts.model)
+            procs = [subprocess.Popen([sys.executable, "-c", _BOOT, tmp, str(r), *extra], env=env)
                      for r in range(world)]
         try:
             return _supervise(plan, opts, procs, job, world)
@@ -116,6 +129,30 @@ def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
                     p.wait(5)
                 except subprocess.TimeoutExpired:
                     pass
+
+
+def _model_root(model: str) -> list[str]:
+    """The folder the ``--model`` module is imported from here, if it is not an installed one
+    (a ``mymodel.py`` beside the plan): the ranks search it last."""
+    import importlib.util
+
+    top = str(model).partition(":")[0].split(".")[0]
+    if not top or top == "tessel_dsl":
+        return []
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        # Not importable here (a console script does not search the working directory): a model
+        # file in the working directory is what `--model mymodel:factory` means.
+        cwd = Path.cwd()
+        return [str(cwd)] if (cwd / f"{top}.py").is_file() or (cwd / top / "__init__.py").is_file() else []
+    if not found.origin or found.origin in ("built-in", "frozen"):
+        return []
+    path = Path(found.origin).resolve()
+    root = path.parent.parent if path.name == "__init__.py" else path.parent
+    return [str(root)]
 
 
 def _can_fork(opts: Options) -> bool:
@@ -225,10 +262,18 @@ def _supervise(plan: Plan, opts: Options, procs, job: Path, world: int) -> RunRe
                 break
         ranked = sorted(errors.items(), key=lambda kv: (_SEVERITY.get(kv[1][0], 9), kv[0]))
         head = ranked[0][1][1]
-        others = [msg.splitlines()[0] for _, (_, msg) in ranked[1:]]
+        others = [_plain(msg.splitlines()[0]) for _, (_, msg) in ranked[1:]]
         progress.release()
     more = ("\nother ranks:\n  " + "\n  ".join(others)) if others else ""
     raise ExecutionError(head + more)
+
+
+def _plain(line: str) -> str:
+    """One rank's message without the communication library's source locations
+    (``[../third_party/gloo/.../pair.cc:534]``), which say nothing to a user."""
+    import re
+
+    return re.sub(r"\[[^\[\]]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*", "", line)
 
 
 def _where(plan: Plan, progress, rank: int) -> str:

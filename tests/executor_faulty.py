@@ -15,6 +15,11 @@ def factory(ctx, fail_rank: int = 1, fail_block: str = "F1", how: str = "raise",
         def broken(*args):
             if how == "raise":
                 raise ValueError("boom in the user's block")
+            if how == "kill":  # the process vanishes without a word, as under the OOM killer
+                import os
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(3600)
             return original(*args)
 

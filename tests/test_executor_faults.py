@@ -50,3 +50,14 @@ def test_a_factory_that_fails_is_reported_with_its_rank():
 def test_bad_model_references(ref, match):
     with pytest.raises(ExecutionError, match=match):
         executor.run(plan(), ref, timeout=20)
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_killed_rank_is_named_without_a_library_traceback(monkeypatch, start):
+    monkeypatch.setenv("TESSEL_START", start)
+    with pytest.raises(ExecutionError) as err:
+        executor.run(plan(), "tests.executor_faulty:factory", timeout=20, model_args={"how": "kill"})
+    msg = str(err.value)
+    assert msg.startswith("rank 1 died (exit code -9) at iteration 0, step "), msg
+    assert "(F1:0)" in msg.splitlines()[0]
+    assert "Traceback" not in msg and ".cc:" not in msg and ".cpp:" not in msg
