@@ -113,7 +113,7 @@ def test_inapplicable_baselines_say_why(shape):
     for name in set(NAMES) - set(APPLICABLE[shape]):
         with pytest.raises(NotApplicable) as err:
             build(spec, name)
-        assert ("chain placement" in str(err.value)) or ("opposite directions" in str(err.value))
+        assert any(why in str(err.value) for why in ("chain placement", "chain of stages", "opposite directions"))
 
 
 def test_not_applicable_messages_name_the_obstacle():
@@ -265,3 +265,55 @@ def test_shipped_specs_get_a_valid_gpipe_and_clear_answers(spec_file, mode):
             continue
         validate(spec, s, check_memory=not BY_NAME[name].ignores_memory)
         assert name != "gpipe" or s.makespan(spec) > 0
+
+
+# --- 1F1B on chains of stages that are several blocks or a tensor-parallel group ---
+
+def _chain(stages, n, m, tb=2):
+    """A training chain: `stages` is a list of (device tuple, forward times); each forward block
+    gets a backward of `tb` times its time on the same devices, retracing the chain."""
+    blocks, names = [], []
+    for s, (devs, times) in enumerate(stages):
+        for k, t in enumerate(times):
+            blocks.append(Block(f"F{s}_{k}", F, devs, t, 1 if k == 0 and len(devs) == 1 else 0))
+            names.append(f"F{s}_{k}")
+    back = []
+    for s, (devs, times) in reversed(list(enumerate(stages))):
+        for k, t in reversed(list(enumerate(times))):
+            blocks.append(Block(f"B{s}_{k}", B, devs, tb * t, -1 if k == 0 and len(devs) == 1 else 0))
+            back.append(f"B{s}_{k}")
+    return _spec("chain", 1 + max(d for devs, _ in stages for d in devs), m, blocks, _seq(names + back), n)
+
+
+def test_1f1b_takes_an_embedding_on_the_first_stage_as_part_of_it():
+    # E then F0 on device 0 is one stage: the same 1F1B as one merged block of their summed time.
+    split = _chain([((0,), [1, 2]), ((1,), [3]), ((2,), [3])], n=6, m=3)
+    merged = _chain([((0,), [3]), ((1,), [3]), ((2,), [3])], n=6, m=3)
+    s = build(split, "1f1b")
+    assert s.makespan(split) == build(merged, "1f1b").makespan(merged) == (6 + 2) * 9
+    order = _device_order(split, s, 0)
+    assert order[:4] == [("F0_0", 0), ("F0_1", 0), ("F0_0", 1), ("F0_1", 1)]  # the stage's blocks stay together
+
+
+def test_1f1b_runs_a_tensor_parallel_pair_as_one_stage():
+    # Stage 0 on the pair (0, 1), then one stage each on 2 and 3: like a 3-device chain.
+    pair = _chain([((0, 1), [2]), ((2,), [2]), ((3,), [2])], n=5, m=3)
+    plain = _chain([((0,), [2]), ((1,), [2]), ((2,), [2])], n=5, m=3)
+    s = build(pair, "1f1b")
+    assert s.makespan(pair) == build(plain, "1f1b").makespan(plain) == (5 + 2) * 6
+    assert _device_order(pair, s, 0) == _device_order(pair, s, 1)
+
+
+def test_1f1b_refuses_a_device_in_two_stages():
+    spec = _chain([((0,), [1]), ((1,), [1]), ((0,), [1])], n=2, m=3)
+    with pytest.raises(NotApplicable, match="device 0 holds two stages"):
+        build(spec, "1f1b")
+
+
+def test_gpipe_runs_forwards_in_micro_batch_order():
+    # Two forward blocks on device 0 (chunks 0 and 2 of an interleaved chain): GPipe finishes
+    # micro-batch 0's forwards on a device before micro-batch 1's, then the backwards likewise.
+    spec = _chain([((0,), [1]), ((1,), [1]), ((0,), [1]), ((1,), [1])], n=3, m=12)
+    order = _device_order(spec, build(spec, "gpipe"), 0)
+    assert order[:6] == [("F0_0", 0), ("F2_0", 0), ("F0_0", 1), ("F2_0", 1), ("F0_0", 2), ("F2_0", 2)]
+    assert order[6:] == [("B2_0", 0), ("B0_0", 0), ("B2_0", 1), ("B0_0", 1), ("B2_0", 2), ("B0_0", 2)]

@@ -99,3 +99,66 @@ def find_chain(spec: Spec, names: tuple[str, ...] | None = None, *, who: str = "
     else:
         stages = [Stage(f.devices[0], f.name, None) for f in fwd]
     return Chain(tuple(stages), tuple(b.name for b in multi))
+
+
+@dataclass(frozen=True)
+class GroupStage:
+    """A pipeline stage in the general sense: consecutive forward blocks on one device or one
+    tensor-parallel group (`devices`), and the backward blocks that retrace them there."""
+
+    devices: tuple[int, ...]
+    forward: tuple[str, ...]
+    backward: tuple[str, ...] = ()
+
+
+def _runs(spec: Spec, names: list[str]) -> list[tuple[tuple[int, ...], list[str]]]:
+    """`names` (in dependency order) cut into maximal runs of blocks on the same device set."""
+    runs: list[tuple[tuple[int, ...], list[str]]] = []
+    for n in names:
+        devs = tuple(sorted(spec.block(n).devices))
+        if runs and runs[-1][0] == devs:
+            runs[-1][1].append(n)
+        else:
+            runs.append((devs, [n]))
+    return runs
+
+
+def find_stages(spec: Spec, *, who: str = "1F1B") -> tuple[GroupStage, ...]:
+    """The spec as a chain of stages (each device in exactly one), or NotApplicable saying why.
+
+    Forward blocks, in dependency order, are cut into runs on one device set; each run is a
+    stage, each stage's first block depends on the previous stage's last one, and no device
+    belongs to two stages. Backward blocks form the same stages in reverse order (none when
+    there is no backward pass).
+    """
+    need = (f"{who} needs a chain of stages (consecutive blocks on one device or one tensor-parallel "
+            "group, each device in one stage, run in sequence)")
+    order = list(spec.topo_order)
+    fwd = _runs(spec, [n for n in order if not spec.block(n).kind.is_backward])
+    bwd = _runs(spec, [n for n in order if spec.block(n).kind.is_backward])
+    if not fwd:
+        raise NotApplicable(f"{need}; there is no forward block")
+    reach = reachable(spec)
+    owner: dict[int, str] = {}
+    for devs, names in fwd:
+        for d in devs:
+            if d in owner:
+                multi = next((n for n in names + [owner[d]] if spec.block(n).is_multi_device), None)
+                if multi is not None:
+                    shown = ",".join(map(str, sorted(spec.block(multi).devices)))
+                    raise NotApplicable(f"{need}; block {multi} runs on devices {shown} (1f1b+ handles such "
+                                        f"blocks): device {d} also runs {owner[d] if multi != owner[d] else names[0]}")
+                raise NotApplicable(f"{need}; device {d} holds two stages ({owner[d]} and {names[0]})")
+            owner[d] = names[0]
+    flat = [n for _, names in fwd for n in names]
+    if not _ordered(flat, reach):
+        raise NotApplicable(f"{need}; the forward blocks {', '.join(flat)} do not form one sequence (they branch)")
+    if not bwd:
+        return tuple(GroupStage(devs, tuple(names)) for devs, names in fwd)
+    back = [n for _, names in bwd for n in names]
+    if [devs for devs, _ in bwd] != [devs for devs, _ in reversed(fwd)]:
+        raise NotApplicable(f"{need}; the backward blocks do not retrace the forward stages in reverse")
+    if not _ordered(back, reach) or back[0] not in reach[flat[-1]]:
+        raise NotApplicable(f"{need}; the backward blocks do not retrace the forward ones in reverse")
+    return tuple(GroupStage(devs, tuple(names), tuple(bnames))
+                 for (devs, names), (_, bnames) in zip(fwd, reversed(bwd)))

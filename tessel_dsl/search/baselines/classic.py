@@ -3,9 +3,11 @@
 Each function returns per-device orders of (block, micro-batch); `tessel_dsl.search.baselines.build`
 compacts them into start times and validates the result. Definitions:
 
-* GPipe: every forward of every micro-batch, then every backward, micro-batches in order.
+* GPipe: every forward of every micro-batch in micro-batch order, then every backward in
+  micro-batch order.
 * 1F1B: stage s of S first runs S-1-s forwards (fewer if memory M cannot hold them), then
-  alternates one forward with one backward, then drains the remaining backwards.
+  alternates one forward with one backward, then drains the remaining backwards. A stage is
+  consecutive blocks on one device or on one tensor-parallel group.
 * 1F1B+: 1F1B on the single-device stages, with each multi-device block pinned next to its
   neighbour in the chain (a forward-side one right before the first stage that needs it, a
   backward-side one right after the last stage it needs), as the Tessel paper's §6 describes.
@@ -18,27 +20,24 @@ from __future__ import annotations
 from tessel_dsl.analysis import reachable, resident_memory
 from tessel_dsl.errors import InfeasibleError, ScheduleError
 from tessel_dsl.ir import Spec
-from tessel_dsl.search.baselines.chain import Chain, NotApplicable, Stage, components, find_chain
+from tessel_dsl.search.baselines.chain import Chain, NotApplicable, Stage, components, find_chain, find_stages
 from tessel_dsl.search.baselines.listsched import Key, play_greedy, play_queues
 
 
 def gpipe_orders(spec: Spec, n: int) -> list[list[Key]]:
-    """All forward-side blocks, then all backward-side blocks.
+    """GPipe's order: all forward-side blocks in micro-batch order, then all backward-side blocks
+    in micro-batch order; within one micro-batch, blocks go in dependency order.
 
-    Inside a phase, blocks go by their depth within that phase, then by micro-batch: on a chain
-    this is exactly GPipe's order, and where two chains share a device (X-shape) neither waits
-    for the other's deeper blocks. (phase, depth, micro-batch) respects every dependency, so the
-    orders cannot deadlock.
+    (phase, micro-batch, dependency order) is one total order that respects every dependency, so
+    the per-device orders it induces cannot deadlock.
     """
     phase: dict[str, int] = {}
-    depth: dict[str, int] = {}
     for name in spec.topo_order:  # a block after any backward block belongs to the backward phase
         b = spec.block(name)
         phase[name] = int(b.kind.is_backward or any(phase[p] for p in spec.preds[name]))
-        same = [depth[p] + spec.block(p).time for p in spec.preds[name] if phase[p] == phase[name]]
-        depth[name] = max(same, default=0)
+    pos = {name: i for i, name in enumerate(spec.topo_order)}
     keys = sorted(((b.name, mb) for mb in range(n) for b in spec.blocks),
-                  key=lambda k: (phase[k[0]], depth[k[0]], k[1], k[0]))
+                  key=lambda k: (phase[k[0]], k[1], pos[k[0]]))
     orders: list[list[Key]] = [[] for _ in range(spec.devices)]
     for k in keys:
         for d in spec.block(k[0]).devices:
@@ -70,10 +69,25 @@ def stage_queue(spec: Spec, chain: Chain, s: int, n: int, who: str = "1F1B") -> 
 
 
 def one_f_one_b_orders(spec: Spec, n: int) -> list[list[Key]]:
-    chain = find_chain(spec, who="1F1B")
+    """1F1B over the spec's chain of stages (`chain.find_stages`): a stage may be several
+    consecutive blocks on one device (an embedding before the first layer) or one
+    tensor-parallel group (every device of the group runs the stage's queue)."""
+    stages = find_stages(spec, who="1F1B")
     orders: list[list[Key]] = [[] for _ in range(spec.devices)]
-    for s, st in enumerate(chain.stages):
-        orders[st.device] = stage_queue(spec, chain, s, n)
+    count = len(stages)
+    for s, st in enumerate(stages):
+        if not st.backward:
+            queue = [("F", mb) for mb in range(n)]
+        else:
+            cap = min(_inflight_cap(spec, d, "1F1B") for d in st.devices)
+            warm = min(count - 1 - s, n, cap - 1)
+            queue = [("F", mb) for mb in range(warm)]
+            for i in range(n - warm):
+                queue += [("F", warm + i), ("B", i)]
+            queue += [("B", mb) for mb in range(n - warm, n)]
+        row = [(name, mb) for phase, mb in queue for name in (st.forward if phase == "F" else st.backward)]
+        for d in st.devices:
+            orders[d] = list(row)
     return orders
 
 
