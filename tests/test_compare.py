@@ -123,3 +123,28 @@ def test_table3_baseline_columns():
     assert rows[0].cells[2].steady_bubble == pytest.approx(0.25)
     assert rows[1].cells[2].steady_bubble == pytest.approx(0.20)
     assert rows[2].cells[2].status == "n/a"
+
+
+def test_best_applicable_baseline_skips_overflowing_and_na_rows():
+    from tessel_dsl.search.baselines.compare import best_baseline, versus_best
+
+    rows = compare(vshape(d=4, n=8, m=4), schedules=("gpipe", "1f1b", "1f1b+", "chimera"))
+    by = {r.schedule: r for r in rows}
+    assert by["gpipe"].over_memory and by["chimera"].status == "n/a"
+    best = best_baseline(rows)
+    assert best.schedule in ("1f1b", "1f1b+") and best.makespan == (8 + 3) * 4
+    assert versus_best(rows) == (None, best, None)  # no Tessel row to compare
+
+
+def test_several_placements_in_one_table():
+    r = tessel("specs/vshape.tsl", "specs/mshape.tsl", "-n", "8")
+    assert r.returncode == 0, r.stderr
+    assert "placements side by side" in r.stdout
+    table = r.stdout[r.stdout.index("placements side by side"):]
+    lines = {line.split()[0]: line.split() for line in table.splitlines() if line.strip().endswith("%")}
+    # vshape: Tessel equals 1F1B at N=8, (8 + 3) * 4; mshape: 1F1B+ is the only applicable baseline
+    assert lines["vshape.tsl"][4] == "44" and lines["vshape.tsl"][-1] == "+0.0%"
+    assert lines["mshape.tsl"][6] == "1f1b+"
+    data = json.loads(tessel("specs/vshape.tsl", "specs/mshape.tsl", "-n", "8", "--json").stdout)
+    assert [d["best_baseline"] for d in data] == [lines["vshape.tsl"][6], "1f1b+"]
+    assert data[0]["tessel_vs_best"] == 0.0 and data[1]["tessel_vs_best"] < 0

@@ -61,8 +61,43 @@ def render_rows(title: str, rows) -> list:
         table.add_row(name, str(r.microbatches), str(r.makespan), _pct(r.bubble), period,
                       _pct(r.steady_bubble), mem, gap, seconds)
     if unproven:
-        why.append(Text.from_markup("  [yellow]*[/] time limit reached: best schedule found, optimality not proven"))
+        why.append(Text.from_markup("  [yellow]*[/] not proven: a time limit or solver budget cut part of the solve "
+                                    "(best found shown; `tessel search` says what)"))
+    from tessel_dsl.search.baselines.compare import versus_best
+
+    tessel, best, ratio = versus_best(rows)
+    if best is None:
+        why.append(Text("  no baseline applies to this placement within memory M"))
+    elif tessel is not None:
+        why.append(Text(f"  tessel vs the best applicable baseline ({best.schedule}, makespan {best.makespan}): "
+                        f"{tessel.makespan} ({ratio:+.1%})"))
     return [table, *why]
+
+
+def render_placements(results) -> object:
+    """Several placements of one model in one table: Tessel and the best applicable baseline."""
+    from rich.table import Table
+
+    from rich import box
+    from tessel_dsl.search.baselines.compare import versus_best
+
+    table = Table(title="placements side by side: Tessel's makespan and the best applicable baseline's",
+                  title_justify="left", header_style="bold",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col, just in (("placement", "left"), ("D", "right"), ("M", "right"), ("N", "right"),
+                      ("tessel", "right"), ("bubble", "right"), ("baseline", "left"),
+                      ("makespan", "right"), ("vs it", "right")):
+        table.add_column(col, justify=just, no_wrap=True)
+    for path, spec, rows in results:
+        tessel, best, ratio = versus_best(rows)
+        n = str(rows[0].microbatches) if rows else "-"
+        table.add_row(Path(path).name, str(spec.devices), str(spec.memory), n,
+                      "-" if tessel is None else str(tessel.makespan),
+                      "-" if tessel is None else _pct(tessel.bubble),
+                      "-" if best is None else best.schedule,
+                      "-" if best is None else str(best.makespan),
+                      "-" if ratio is None else f"{ratio:+.1%}")
+    return table
 
 
 def _render_table3(rows):
@@ -151,16 +186,23 @@ def compare(
     if not specs:
         raise typer.BadParameter("give at least one spec (or --table3)", param_hint="SPECS")
     everything = []
+    results = []
     for path in specs:
         spec, given = _load(path, overrides, mode)
         names = tuple(s for s in chosen if not (given and s == "tessel"))
         with err_console.status(f"comparing schedules on {spec.name}..."):
             rows = run_compare(spec, microbatches, schedules=names, to=to, to_time_limit=to_limit,
                                solver=solver, time_limit=time_limit, given=given)
+        results.append((path, spec, rows))
         if as_json:
+            from tessel_dsl.search.baselines.compare import versus_best
+
+            _, best, ratio = versus_best(rows)
             everything.append({"spec": spec.name, "file": str(path), "devices": spec.devices,
                                "memory": spec.memory, "mode": spec.mode.value,
-                               "rows": [asdict(r) for r in rows]})
+                               "rows": [asdict(r) for r in rows],
+                               "best_baseline": None if best is None else best.schedule,
+                               "tessel_vs_best": ratio})
             continue
         from tessel_dsl.analysis import lower_bound
 
@@ -170,3 +212,5 @@ def compare(
             console.print(part, soft_wrap=True)
     if as_json:
         print(json.dumps(everything, indent=1))
+    elif len(results) > 1:
+        console.print(render_placements(results), soft_wrap=True)

@@ -168,3 +168,21 @@ def compare(spec: Spec, microbatches: int | None = None, *, schedules: tuple[str
 
 def _with_gap(row: Row, gap: float) -> Row:
     return replace(row, gap_to_optimal=gap)
+
+
+def best_baseline(rows: list[Row]) -> Row | None:
+    """The applicable baseline with the shortest makespan: built for this placement and within
+    memory M (a baseline that ignores M and overflows it does not count)."""
+    ok = [r for r in rows if r.schedule in BASELINES and r.status == "ok" and not r.over_memory
+          and r.makespan is not None]
+    return min(ok, key=lambda r: (r.makespan, r.schedule), default=None)
+
+
+def versus_best(rows: list[Row]) -> tuple[Row | None, Row | None, float | None]:
+    """(Tessel's row, the best applicable baseline's row, Tessel makespan / baseline's - 1)."""
+    tessel = next((r for r in rows if r.schedule == "tessel" and r.status == "ok"), None)
+    best = best_baseline(rows)
+    ratio = None
+    if tessel is not None and best is not None and best.makespan:
+        ratio = tessel.makespan / best.makespan - 1.0
+    return tessel, best, ratio
