@@ -24,13 +24,15 @@ def __getattr__(name: str):
 
 def run(plan: Plan | str | os.PathLike, model, *, nproc: int | None = None, backend: str | None = None,
         blocking: bool | None = None, timeout: float = 120.0, steps: int = 1, warmup: int = 0,
-        collect: bool = False, grads: bool = False, model_args: dict | None = None):
+        collect: bool = False, grads: bool = False, model_args: dict | None = None, replicas: int = 1):
     """Execute `plan` with the model factory `model` (``"module:function"`` or a module-level
     function) on one process per device of this host and return a `RunReport`.
 
     `steps` iterations are measured after `warmup` unmeasured ones. `collect` keeps the first
     iteration's losses and sink outputs, `grads` its parameter gradients (for checks against a
-    single-process run). `blocking`, when given, must match how the plan was lowered. A failing or
+    single-process run). `replicas` > 1 runs that many data-parallel copies of the plan on
+    devices x replicas ranks, replica k on micro-batches k*N .. k*N+N-1, gradients averaged over
+    the replicas after each iteration (the report shows replica 0). `blocking`, when given, must match how the plan was lowered. A failing or
     stalled rank raises ExecutionError naming the rank, the step and the action, within `timeout`
     seconds of the last progress.
     """
@@ -42,15 +44,17 @@ def run(plan: Plan | str | os.PathLike, model, *, nproc: int | None = None, back
         raise ExecutionError(f"the plan was lowered for {have} communication; lower it again "
                              f"(tessel run SPEC --blocking does) to run it the other way")
     if backend is None:
-        backend = _default_backend(plan.spec.devices)
+        backend = _default_backend(plan.spec.devices * max(1, replicas))
     if backend not in ("gloo", "nccl"):
         raise ExecutionError(f"unknown backend {backend!r} (use gloo or nccl)")
+    if replicas < 1:
+        raise ExecutionError("replicas must be at least 1")
     if steps < 1 or warmup < 0:
         raise ExecutionError("steps must be at least 1 and warmup at least 0")
     if not callable(model) and ":" not in str(model):
         raise ExecutionError(f"--model must look like MODULE:FACTORY, got {model!r}")
     ref = model if isinstance(model, str) else f"{model.__module__}:{model.__qualname__}"
-    opts = Options(ref, dict(model_args or {}), backend, float(timeout), steps, warmup, collect, grads)
+    opts = Options(ref, dict(model_args or {}), backend, float(timeout), steps, warmup, collect, grads, replicas)
     return spawn(plan, opts, nproc)
 
 

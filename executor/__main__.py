@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--replicas", type=int, default=1, help="data-parallel copies of the plan")
     ap.add_argument("--trace", default=None)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -33,13 +34,14 @@ def main(argv: list[str] | None = None) -> int:
         plan = load(args.plan)
         rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
         local = int(os.environ.get("LOCAL_RANK", rank))
-        if world != plan.spec.devices:
-            raise TesselError(f"the plan needs {plan.spec.devices} ranks, torchrun started {world}")
+        if world != plan.spec.devices * args.replicas:
+            raise TesselError(f"the plan needs {plan.spec.devices} ranks x {args.replicas} replica(s) = "
+                              f"{plan.spec.devices * args.replicas}, torchrun started {world}")
         import torch
 
         backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
         opts = Options(args.model, parse_model_args(args.model_arg), backend, args.timeout, args.steps, args.warmup,
-                       collect=True)
+                       collect=True, replicas=args.replicas)
         rep = rank_main(rank, world, plan_to_json(plan), opts, "env://", local_rank=local)
         if rep is not None:
             from tessel_dsl.executor.trace import write_trace

@@ -96,7 +96,10 @@ def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
     Ranks are fresh interpreters (the worker module, started so that the working directory is not
     on their import path: see `_BOOT`), so nothing of the caller's process -- a CLI, a test
     runner -- is re-imported or inherited."""
-    world = check_plan(plan, nproc)
+    world = check_plan(plan) * opts.replicas
+    if nproc is not None and nproc != world:
+        raise ExecutionError(f"the plan places blocks on {plan.spec.devices} devices x {opts.replicas} replica(s) "
+                             f"= {world} ranks, but --nproc is {nproc}")
     with tempfile.TemporaryDirectory(prefix="tessel-run-") as tmp:
         job = Path(tmp)
         (job / "progress").write_bytes(bytes(24 * world))
@@ -278,7 +281,7 @@ def _plain(line: str) -> str:
 
 def _where(plan: Plan, progress, rank: int) -> str:
     it, i = int(progress[rank * 3]), int(progress[rank * 3 + 1])
-    acts = plan.programs[rank].actions
+    acts = plan.programs[rank % plan.spec.devices].actions  # replicas run the same programs
     what = str(acts[i]) if i < len(acts) else "end of step"
     return f"iteration {it}, step {min(i + 1, len(acts))}/{len(acts)} ({what})"
 

@@ -38,6 +38,7 @@ class Options:
     warmup: int = 0
     collect: bool = False
     grads: bool = False
+    replicas: int = 1  # data-parallel copies of the plan; the world is devices x replicas
 
 
 class Channel:
@@ -84,7 +85,7 @@ class _Watchdog:
                 return
 
 
-def _prime(plan, stage, rank, device, opts, beat, links, control) -> None:
+def _prime(plan, stage, rank, device, opts, beat, links, control, ranks=None) -> None:
     """Run one unmeasured iteration of the blocking lowering of the same schedule.
 
     The first pass through a block can make the host wait for the whole GPU (library handles,
@@ -105,7 +106,7 @@ def _prime(plan, stage, rank, device, opts, beat, links, control) -> None:
     for m in stage.modules.values():
         m.zero_grad(set_to_none=True)
     dist.barrier(group=control)
-    RankRunner(blocking, stage, rank, device, opts.timeout, beat, links).step(-1)
+    RankRunner(blocking, stage, rank, device, opts.timeout, beat, links, ranks).step(-1)
 
 
 def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method: str,
@@ -114,7 +115,7 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
     import torch
     import torch.distributed as dist
 
-    from tessel_dsl.executor.groups import make_groups, make_links, warm_up_device, warm_up_links
+    from tessel_dsl.executor.groups import warm_up_device, warm_up_links
     from tessel_dsl.executor.model_api import StageContext, load_factory
     from tessel_dsl.executor.runtime import RankRunner
 
@@ -146,25 +147,30 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
         dist.init_process_group(opts.backend, init_method=init_method, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=max(opts.timeout, 1.0)))
         control = dist.new_group(backend="gloo") if opts.backend != "gloo" else dist.group.WORLD
-        groups = make_groups(plan.spec, opts.backend)
-        links = make_links(plan.programs, opts.backend)
+        # Replica k runs the plan on ranks k*D .. k*D+D-1; `dev` is this rank's plan device.
+        D = plan.spec.devices
+        replica, dev = divmod(rank, D)
+        ranks = tuple(range(replica * D, replica * D + D))
+        groups, links, dp = _replica_groups(plan, opts, replica)
         dog.beat("building the model")
-        ctx = StageContext(plan.spec, rank, world, device, groups)
+        ctx = StageContext(plan.spec, dev, D, device, groups)
         stage = load_factory(opts.model)(ctx, **opts.model_args)
+        if opts.replicas > 1:
+            stage = _ReplicaData(stage, replica * plan.schedule.microbatches)
         dog.beat("warming up links")
         warm_up_device(device)
-        warm_up_links(links, rank, device)
-        prog = plan.programs[rank].actions
+        warm_up_links(links, dev, device, ranks)
+        prog = plan.programs[dev].actions
 
         def beat(it: int, i: int, what: str) -> None:
             dog.beat(f"iteration {it}, step {min(i + 1, len(prog))}/{len(prog)} ({what})")
             if chan is not None:
                 chan.progress[rank * 3:rank * 3 + 3] = memoryview(array("d", [it, i, time.monotonic()]))
 
-        runner = RankRunner(plan, stage, rank, device, opts.timeout, beat, links)
+        runner = RankRunner(plan, stage, dev, device, opts.timeout, beat, links, ranks)
         # Priming matters on GPUs; TESSEL_PRIME=1 turns it on elsewhere (tests use it on gloo).
-        if (device.type == "cuda" or os.environ.get("TESSEL_PRIME") == "1") and not plan.programs[rank].blocking:
-            _prime(plan, stage, rank, device, opts, beat, links, control)
+        if (device.type == "cuda" or os.environ.get("TESSEL_PRIME") == "1") and not plan.programs[dev].blocking:
+            _prime(plan, stage, dev, device, opts, beat, links, control, ranks)
         res = RankResult(rank=rank, device=_device_name(device))
         for it in range(opts.warmup + opts.steps):
             for m in stage.modules.values():
@@ -172,6 +178,8 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
             dist.barrier(group=control)
             first = it == 0
             step = runner.step(it, collect=opts.collect and first)
+            if dp is not None:
+                _average_grads(stage, dp, opts.replicas)
             if first:
                 res.losses, res.outputs = step.losses, step.outputs
                 if opts.grads:
@@ -185,7 +193,8 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
         dog.done.set()
         dist.destroy_process_group()
         if rank == 0:
-            merged = RunReport.from_ranks(plan, gathered, opts.backend)
+            # Replicas run the same programs: the report is replica 0's.
+            merged = RunReport.from_ranks(plan, gathered[:plan.spec.devices], opts.backend)
             if chan is not None:
                 chan.result(merged)
             return merged
@@ -200,6 +209,65 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
     if chan is not None:
         os._exit(1)
     raise SystemExit(1)
+
+
+def _replica_groups(plan, opts: Options, replica: int):
+    """This replica's block groups and links, and this device's data-parallel group (None with one
+    replica). Every rank creates every group, in one order: `new_group` is collective."""
+    import torch.distributed as dist
+
+    from tessel_dsl.executor.groups import make_groups, make_links
+
+    D, mine = plan.spec.devices, None
+    for k in range(opts.replicas):
+        ranks = tuple(range(k * D, k * D + D))
+        made = (make_groups(plan.spec, opts.backend, ranks), make_links(plan.programs, opts.backend, ranks))
+        if k == replica:
+            mine = made
+    dp = None
+    if opts.replicas > 1:
+        for d in range(D):
+            g = dist.new_group([k * D + d for k in range(opts.replicas)], backend=opts.backend)
+            if d == dist.get_rank() % D:
+                dp = g
+    return mine[0], mine[1], dp
+
+
+class _ReplicaData:
+    """A stage whose micro-batch `mb` reads the model's micro-batch ``offset + mb``: replica k
+    trains on micro-batches k*N .. k*N+N-1, as one process stepping over all of them would."""
+
+    def __init__(self, stage, offset: int):
+        self.stage, self.offset = stage, offset
+        self.modules = stage.modules
+
+    def meta(self, block):
+        return self.stage.meta(block)
+
+    def data(self, block, mb):
+        return self.stage.data(block, self.offset + mb)
+
+    def param_shards(self):
+        return self.stage.param_shards()
+
+
+def _average_grads(stage, group, replicas: int) -> None:
+    """Mean of every local gradient over the replicas (one flat all-reduce)."""
+    import torch
+    import torch.distributed as dist
+
+    params = [p for m in stage.modules.values() for p in m.parameters() if p.requires_grad]
+    params = list({id(p): p for p in params}.values())
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat, group=group)
+    flat /= replicas
+    off = 0
+    for p in params:
+        p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
+        off += p.numel()
 
 
 def _device_name(device) -> str:

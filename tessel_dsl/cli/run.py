@@ -54,7 +54,8 @@ def run(
     target: Path = typer.Argument(..., help="a plan.json, or a .tsl spec to search first"),
     model: str = typer.Option(..., "--model", help="MODULE:FACTORY building each rank's blocks"),
     model_arg: Optional[list[str]] = typer.Option(None, "--model-arg", help="K=V passed to the factory"),
-    nproc: Optional[int] = typer.Option(None, "--nproc", help="ranks to start (default: the plan's devices)"),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="ranks to start (default: devices x replicas)"),
+    replicas: int = typer.Option(1, "--replicas", min=1, help="data-parallel copies of the plan (gradients averaged)"),
     backend: Optional[str] = typer.Option(None, "--backend", help="gloo or nccl (default: nccl with enough GPUs)"),
     blocking: Optional[bool] = typer.Option(None, "--blocking/--non-blocking",
                                             help="send/recv mode; a plan file runs as it was lowered unless "
@@ -83,7 +84,7 @@ def run(
         err_console.print(f"running {plan.spec.name} ({plan.schedule.name}, N={plan.schedule.microbatches}) "
                           f"on {plan.spec.devices} ranks ...")
     report = executor.run(plan, model, nproc=nproc, backend=backend, timeout=timeout, steps=steps, warmup=warmup,
-                          collect=True, model_args=args)
+                          collect=True, model_args=args, replicas=replicas)
     summary = report.summary()
     if trace is not None:
         write_trace(trace, report.timelines[report.median_index()], plan.spec.name)
