@@ -32,6 +32,7 @@ from tessel_dsl.validate import validate
 REFINE_EFFORT = 1.0      # deterministic solver budget of one end re-solve (about a second of one core)
 REFINE_MAX_TASKS = 800   # beyond this many block instances the one-model re-solve is not attempted
 HEAD_PERIODS = 2         # how far past the first repetend copy the head region reaches
+FULL_RESOLVE_TASKS = 160  # up to this many block instances every one is free (the whole schedule re-solved)
 
 
 def best_baseline(spec: Spec, n: int, than: int) -> tuple[Schedule, str] | None:
@@ -56,7 +57,7 @@ def _regions(spec: Spec, schedule: Schedule) -> tuple[int, int]:
     """(head end, tail start): instances starting before the first or ending after the second are free."""
     rep = schedule.repetend
     span = schedule.makespan(spec)
-    if rep is None or schedule.repetend_start is None:
+    if rep is None or schedule.repetend_start is None or len(schedule.slots) <= FULL_RESOLVE_TASKS:
         return span, 0
     head = schedule.repetend_start + HEAD_PERIODS * rep.period
     cool = [s.start for s in schedule.cooldown]
