@@ -26,3 +26,5 @@ MAX_EXPANSION = 1_000_000
 MAX_NUMBER = 10 ** 15
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 MAX_STATEMENT_CHARS = 64 * 1024
+# `include` statements in one spec, all files together (each is read and parsed once).
+MAX_INCLUDES = 256

@@ -22,7 +22,7 @@ from tessel_dsl.errors import Diagnostic, Location
 from tessel_dsl.ir import Block, Edge, Expectation, Link, Units
 from tessel_dsl.lang.blocks import build_block
 from tessel_dsl.lang.values import MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER, UNSET, ForwardOptions, Skip, Values
-from tessel_dsl.limits import MAX_EXPANSION
+from tessel_dsl.limits import MAX_EXPANSION, MAX_INCLUDES
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 SYMBOLS = ("M", "lower_bound")  # expectation values resolved later, against the searched plan
@@ -77,6 +77,8 @@ class Evaluator(Values):
         self._mem_res: tuple[int, str] | None = None
         self._using: list[str] = []
         self._budget = MAX_EXPANSION
+        self._includes = 0
+        self._loaded: dict[str, A.Module | None] = {}  # path -> parsed include (None: unreadable)
         self.stopped = False  # evaluation ended early: the blocks gathered are incomplete
 
     # ---- driver -----------------------------------------------------------------------------
@@ -158,7 +160,14 @@ class Evaluator(Values):
                     self.error("include-cycle", f"`{s.path}` includes itself: "
                                + " -> ".join(stack + [path]), s.loc)
                     continue
-                sub = self.load(path, s.loc)
+                self._includes += 1
+                if self._includes > MAX_INCLUDES:
+                    if self._includes == MAX_INCLUDES + 1:
+                        self.error("too-large", f"more than {MAX_INCLUDES} `include`s in one spec", s.loc)
+                    continue
+                if path in self._loaded:
+                    continue  # already included: its shapes are known (a file is read once)
+                sub = self._loaded[path] = self.load(path, s.loc)
                 if sub is None:
                     continue  # the loader reported why
                 for inner in self._collect_definitions(sub, stack + [path]):

@@ -1,0 +1,405 @@
+"""Fuzzing benchmark: generated and mutated specs, mutated plans, each under a time limit.
+
+    python bench/fuzz.py --specs 10000 --plans 1000          # the table in bench/RESULTS.md
+    python bench/fuzz.py --specs 200 --plans 100 --json      # what tests/test_fuzz_bench.py runs
+
+Every input is generated from (seed, index) alone, so a reported index reproduces with
+``--only spec:INDEX`` (or ``plan:INDEX``), which prints the input and what happened.
+
+Specs come from a generator of this file's own (random headers, blocks, options, loops, shapes,
+includes, extreme numbers, ``--set`` values) and from token-level mutations of the shipped specs.
+A spec is parsed and checked, then summarised as `tessel check` does. Plans are the small plan
+files under bench/plans, mutated as JSON (dropped or swapped actions, changed numbers, types and
+fields, deep nesting, huge counts); a plan that loads is simulated and exported to torch CSV.
+
+Inputs run one after another in a child process; the parent kills the child if one input runs
+over the wall-clock limit (then counted as over the limit) and starts a new one. CPU time per
+input is measured in the child. Outcomes: accepted, clear error (a TesselError), traceback (any
+other exception), over the limit. Peak memory is the largest resident size any child reached.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import random
+import re
+import resource
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted((ROOT / "specs").glob("*.tsl"))
+PLANS = sorted(p for p in (ROOT / "bench" / "plans").glob("*.json") if p.stat().st_size < 40_000)
+
+NUMBERS = ["0", "1", "2", "3", "-1", "0.5", "2.5", "4096", "4097", "100000", "99999999999999999",
+           "1" + "0" * 15, "9" * 400, "9" * 5000, "00000000000000000001", "1.0000000001"]
+UNITS = ["", "", "", "ms", "us", "s", "GB", "MB", "GiB", "x", "%", "B", "min", "parsecs"]
+PATHS = ["/dev/zero", "/dev/urandom", "/etc/passwd", "/proc/self/environ", "a\x00b.tsl", "missing.tsl",
+         "lib/../lib.tsl", "/", ".", "specs/vshape.tsl", "../" * 20 + "etc/shadow", "x" * 5000 + ".tsl"]
+KINDS = ["forward", "backward", "input_grad", "weight_grad", "other"]
+TOKEN = re.compile(r"\s+|[A-Za-z_]\w*(?:\{[^{}\n]*\}\w*)*|\d+(?:\.\d+)?%?|->|\.\.|<=|>=|==|!=|.", re.S)
+
+
+# ---- spec inputs ------------------------------------------------------------------------------
+
+def _num(r: random.Random) -> str:
+    return r.choice(NUMBERS) if r.random() < 0.3 else str(r.randint(0, 12))
+
+
+def _qty(r: random.Random) -> str:
+    return _num(r) + r.choice(UNITS)
+
+
+def _name(r: random.Random) -> str:
+    base = r.choice(["F", "B", "G", "I", "W", "X", "emb", "head"])
+    return base + r.choice(["", "0", "1", "{i}", "{i+1}", "{D-1-i}", "{j}", str(r.randint(0, 20))])
+
+
+def _devset(r: random.Random) -> str:
+    return r.choice(["0", "1", "i", "all", "0..3", "[0, 2]", "D-1", "0..D-1", "[" + ",".join(["0"] * r.randint(1, 9)) + "]",
+                     _num(r), f"{_num(r)}..{_num(r)}"])
+
+
+def _block(r: random.Random) -> str:
+    parts = [r.choice(KINDS), _name(r)]
+    if r.random() < 0.2:
+        parts += ["of", _name(r)]
+    if r.random() < 0.85:
+        parts += ["on", _devset(r)]
+    for _ in range(r.choice([0, 1, 2, 3, 3, 6])):
+        parts += r.choice([["time", _qty(r)], ["memory", _qty(r)], ["grad", _name(r)], ["grad", "time", _qty(r)],
+                           ["infer", "memory", _qty(r)]])
+    return " ".join(parts)
+
+
+def _edges(r: random.Random) -> str:
+    nodes = []
+    for _ in range(r.randint(1, 4)):
+        nodes.append(r.choice([_name(r), "{" + ", ".join(_name(r) for _ in range(r.randint(1, 3))) + "}",
+                               f"chain(F{{k}} for k in 0..{_num(r)})", f"{{F{{k}} for k in 0..{_num(r)}}}"]))
+    tensor = f" : [{_num(r)}, {_num(r)}] {r.choice(['f32', 'bf16', 'q4'])}" if r.random() < 0.2 else ""
+    return " -> ".join(nodes) + tensor
+
+
+def _body(r: random.Random, depth: int, out: list[str], indent: str = "") -> None:
+    for _ in range(r.randint(1, 4)):
+        roll = r.random()
+        if roll < 0.4:
+            out.append(indent + _block(r))
+        elif roll < 0.65:
+            out.append(indent + _edges(r))
+        elif roll < 0.85 and depth < 5:
+            var = r.choice("ijk")
+            out.append(f"{indent}for {var} in {r.choice(['0', '1', _num(r)])}..{r.choice(['D-1', '3', _num(r)])}:")
+            _body(r, depth + 1, out, indent + "  ")
+        else:
+            out.append(indent + f"use s{r.randint(0, 3)}({_num(r) if r.random() < 0.5 else ''})")
+
+
+def generated_spec(r: random.Random) -> tuple[str, dict]:
+    lines = [f"placement p{r.randint(0, 9)}"]
+    if r.random() < 0.8:
+        lines.append(f"param D = {r.choice(['2', '4', _num(r)])}")
+    if r.random() < 0.3:
+        lines.append(f"param X = {_num(r)}")
+    lines.append(f"devices {r.choice(['D', '2', '4', _num(r)])}")
+    lines.append(f"memory {_qty(r)}" + (f", infer {_qty(r)}" if r.random() < 0.2 else ""))
+    for what, unit in (("time", "ms"), ("memory", "GB")):
+        if r.random() < 0.4:
+            lines.append(f"resolution {what} {r.choice(['1', '0.5', '0', '-1', _num(r)])}{unit}")
+    if r.random() < 0.2:
+        lines.append(f"microbatches {_num(r)}")
+    if r.random() < 0.2:
+        lines.append(f"link latency {_qty(r)} bandwidth {_num(r)} GB/s")
+    if r.random() < 0.15:
+        lines.append(f'include "{r.choice(PATHS)}"')
+    for s in range(r.randint(0, 3)):
+        lines.append(f"shape s{s}(a=1):")
+        body: list[str] = []
+        _body(r, 3, body, "  ")
+        if r.random() < 0.3:
+            body += [f"  use s{max(0, s - 1)}()"] * r.randint(1, 3)
+        lines += body
+    _body(r, 0, lines)
+    if r.random() < 0.5:
+        lines.append("derive backward" + (f" time {_qty(r)}" if r.random() < 0.5 else ""))
+    if r.random() < 0.3:
+        lines.append(f"expect {r.choice(['bubble', 'period', 'peak_memory', 'nonsense'])} <= {_qty(r)}")
+    if r.random() < 0.2:
+        lines.append(f"mode {r.choice(['train', 'infer', 'sideways'])}")
+    sets = {"D": r.choice(NUMBERS + ["4", "2", "x", "nan", "inf", "1e400"])} if r.random() < 0.2 else {}
+    return "\n".join(lines) + "\n", sets
+
+
+def mutated_spec(r: random.Random) -> tuple[str, dict]:
+    text = r.choice(SPECS).read_text()
+    toks = TOKEN.findall(text)
+    for _ in range(r.randint(1, 6)):
+        if not toks:
+            break
+        i = r.randrange(len(toks))
+        op = r.random()
+        if op < 0.2:
+            del toks[i]
+        elif op < 0.35:
+            toks.insert(i, toks[r.randrange(len(toks))])
+        elif op < 0.5:
+            j = r.randrange(len(toks))
+            toks[i], toks[j] = toks[j], toks[i]
+        elif op < 0.7 and re.fullmatch(r"\d+(\.\d+)?", toks[i]):
+            toks[i] = r.choice(NUMBERS)
+        elif op < 0.8:
+            toks.insert(i, r.choice(["\n", "  ", "(", "]", "{", "->", "for", "..", ":", "#", '"', "\t", "\x00"]))
+        elif op < 0.9:
+            # repeat one whole line many times
+            joined = "".join(toks)
+            lines = joined.split("\n")
+            k = r.randrange(len(lines))
+            lines[k:k + 1] = [lines[k]] * r.choice([2, 50, 2000])
+            toks = TOKEN.findall("\n".join(lines))
+        else:
+            toks = toks[: i]  # truncated file
+    sets = {}
+    if r.random() < 0.3:
+        sets = {r.choice(["D", "N", "L", "zz"]): r.choice(NUMBERS + ["-3", "x", "1e400", "nan"])}
+    return "".join(toks), sets
+
+
+def run_spec(text: str, sets: dict) -> str:
+    from tessel_dsl.cli.check import summarize
+    from tessel_dsl.lang.parser import parse
+
+    spec = parse(text, file=str(ROOT / "specs" / "fuzz.tsl"), sets=sets or None)
+    summarize(spec)
+    return "accepted"
+
+
+# ---- plan inputs ------------------------------------------------------------------------------
+
+_EXTREMES = [None, True, False, 0, -1, 1, 2, 99, 10 ** 9, 10 ** 18, -(10 ** 9), 1.5, -0.0, float("nan"),
+             float("inf"), "", "F0", "SEND", [], {}, [0], {"x": 1}]
+
+
+def _walk(r: random.Random, data):
+    """A random (container, key) inside `data`."""
+    node, key = None, None
+    cur = data
+    for _ in range(r.randint(1, 8)):
+        if isinstance(cur, dict) and cur:
+            k = r.choice(list(cur))
+        elif isinstance(cur, list) and cur:
+            k = r.randrange(len(cur))
+        else:
+            break
+        node, key, cur = cur, k, cur[k]
+    return node, key
+
+
+def _program_mutation(r: random.Random, data) -> None:
+    progs = data.get("programs") if isinstance(data, dict) else None
+    progs = [p for p in progs if isinstance(p, dict)] if isinstance(progs, list) else []
+    if not progs:
+        return
+    acts = r.choice(progs).get("actions")
+    if not isinstance(acts, list) or not acts or not all(isinstance(a, dict) for a in acts):
+        return
+    i = r.randrange(len(acts))
+    op = r.random()
+    if op < 0.3:
+        del acts[i]
+    elif op < 0.5:
+        j = r.randrange(len(acts))
+        acts[i], acts[j] = acts[j], acts[i]
+    elif op < 0.65:
+        acts[i]["mb"] = r.choice([0, 1, 99, -1, 10 ** 9])
+    elif op < 0.8:
+        acts[i]["peers"] = r.choice([[], [0], [0, 0], [99], [-1]])
+    else:
+        acts.insert(i, dict(acts[r.randrange(len(acts))]))
+
+
+def mutated_plan(r: random.Random) -> str:
+    data = json.loads(r.choice(PLANS).read_text())
+    for _ in range(r.randint(1, 3)):
+        op = r.random()
+        if op < 0.35:
+            _program_mutation(r, data)
+            continue
+        node, key = _walk(r, data)
+        if node is None:
+            continue
+        if op < 0.6:
+            node[key] = r.choice(_EXTREMES)
+        elif op < 0.7 and isinstance(node, dict):
+            del node[key]
+        elif op < 0.8 and isinstance(node, list):
+            node.insert(key, node[key])
+        elif op < 0.85 and isinstance(node, list):
+            del node[key]
+        elif op < 0.9:
+            node[key] = r.choice([{"spec": {"devices": 10 ** 9}}, 10 ** 9, {"microbatches": 10 ** 9}])
+        elif op < 0.95 and isinstance(data.get("schedule"), dict):
+            data["schedule"]["microbatches"] = r.choice([0, 10 ** 9, 10 ** 6, 100_001])
+        elif isinstance(data.get("spec"), dict):
+            data["spec"]["devices"] = r.choice([0, -1, 10 ** 9, 4097])
+    text = json.dumps(data)
+    roll = r.random()
+    if roll < 0.04:
+        text = '{"schema": "tessel-plan", "version": 1, "spec": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    elif roll < 0.08:
+        text = text.replace('"time": 1', '"time": ' + "9" * r.choice([400, 5000]), 1)
+    elif roll < 0.12:
+        text = text[: r.randrange(len(text))]
+    return text
+
+
+def run_plan(text: str, tmp: Path) -> str:
+    from tessel_dsl.interop.torch_csv import export_torch_csv
+    from tessel_dsl.plan import load_plan
+    from tessel_dsl.simulator import simulate
+
+    path = tmp / "plan.json"
+    path.write_text(text)
+    plan = load_plan(path)
+    simulate(plan)
+    export_torch_csv(plan, None)
+    return "accepted"
+
+
+# ---- harness ----------------------------------------------------------------------------------
+
+def make_input(kind: str, seed: int, index: int):
+    r = random.Random(f"{seed}:{kind}:{index}")
+    if kind == "spec":
+        return generated_spec(r) if index % 2 == 0 else mutated_spec(r)
+    return mutated_plan(r)
+
+
+def _child(conn, seed: int, limit_bytes: int) -> None:
+    from tessel_dsl.errors import TesselError
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+    tmp = Path(tempfile.mkdtemp(prefix="tessel-fuzz-"))
+    while True:
+        job = conn.recv()
+        if job is None:
+            break
+        kind, index = job
+        t0 = time.process_time()
+        detail = ""
+        inp = make_input(kind, seed, index)  # outside the try: a generator bug is not the tool's
+        try:
+            outcome = run_spec(*inp) if kind == "spec" else run_plan(inp, tmp)
+        except TesselError:
+            outcome = "error"
+        except BaseException as e:  # noqa: BLE001 -- exactly what the benchmark counts
+            outcome = "traceback"
+            detail = f"{type(e).__name__}: {str(e)[:200]} @ {traceback.extract_tb(e.__traceback__)[-1][:3]}"
+        cpu = time.process_time() - t0
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        conn.send((outcome, cpu, rss, detail))
+
+
+def run(specs: int, plans: int, seed: int = 1, limit: float = 10.0, memory_limit_gb: float = 4.0,
+        progress: bool = False) -> dict:
+    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+    jobs = [("spec", i) for i in range(specs)] + [("plan", i) for i in range(plans)]
+    stats = {k: {"inputs": 0, "accepted": 0, "error": 0, "traceback": 0, "over_limit": 0, "max_cpu_s": 0.0,
+                 "slowest": None, "cpu_s": 0.0} for k in ("spec", "plan")}
+    examples: list[str] = []
+    peak = 0
+    child = conn = None
+
+    def start():
+        parent, inner = ctx.Pipe()
+        p = ctx.Process(target=_child, args=(inner, seed, int(memory_limit_gb * 2 ** 30)), daemon=True)
+        p.start()
+        return p, parent
+
+    t_start = time.monotonic()
+    for n, (kind, index) in enumerate(jobs):
+        if child is None:
+            child, conn = start()
+        conn.send((kind, index))
+        s = stats[kind]
+        s["inputs"] += 1
+        # Wall clock with slack for a shared machine; CPU time is the number that is judged.
+        answered = conn.poll(limit * 3)
+        try:
+            outcome, cpu, rss, detail = conn.recv() if answered else (None, 0.0, 0, "")
+        except EOFError:  # the worker itself died (a crash, or the memory limit): a traceback's worth
+            child.join()
+            detail = f"worker died (exit code {child.exitcode})"
+            child, answered = None, True
+            outcome, cpu, rss = "traceback", 0.0, 0
+        if answered:
+            peak = max(peak, rss)
+        else:
+            child.kill()
+            child.join()
+            child = None
+            outcome, cpu, detail = "over_limit", limit * 3, "killed: no answer within the wall-clock limit"
+        if outcome != "over_limit" and cpu > limit:
+            outcome = "over_limit"
+        s[outcome] += 1
+        s["cpu_s"] += cpu
+        if cpu > s["max_cpu_s"]:
+            s["max_cpu_s"], s["slowest"] = cpu, f"{kind}:{index}"
+        if outcome in ("traceback", "over_limit") and len(examples) < 20:
+            examples.append(f"{kind}:{index} {outcome} {detail}")
+        if progress and n % 500 == 0:
+            print(f"  {n}/{len(jobs)} inputs, {time.monotonic() - t_start:.0f}s", file=sys.stderr, flush=True)
+    if child is not None:
+        conn.send(None)
+        child.join(10)
+    return {"seed": seed, "limit_s": limit, "peak_rss_mb": round(peak / 2 ** 20, 1), "stats": stats,
+            "examples": examples, "wall_s": round(time.monotonic() - t_start, 1)}
+
+
+def table(res: dict) -> str:
+    rows = ["| inputs | count | accepted | clear errors | tracebacks | over the limit | mean CPU ms | "
+            "slowest CPU s (input) |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    names = {"spec": "generated + mutated specs", "plan": "mutated plans"}
+    for k, s in res["stats"].items():
+        if not s["inputs"]:
+            continue
+        rows.append(f"| {names[k]} | {s['inputs']} | {s['accepted']} | {s['error']} | {s['traceback']} | "
+                    f"{s['over_limit']} | {1e3 * s['cpu_s'] / s['inputs']:.1f} | {s['max_cpu_s']:.2f} "
+                    f"({s['slowest']}) |")
+    rows.append(f"\npeak resident memory of the worker: {res['peak_rss_mb']} MB; limit per input "
+                f"{res['limit_s']:g} s CPU; wall {res['wall_s']} s")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--specs", type=int, default=10_000)
+    ap.add_argument("--plans", type=int, default=1_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--limit", type=float, default=10.0, help="seconds of CPU per input")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", help="KIND:INDEX: print that input and run it here")
+    args = ap.parse_args()
+    if args.only:
+        kind, _, index = args.only.partition(":")
+        inp = make_input(kind, args.seed, int(index))
+        print(repr(inp)[:4000])
+        with tempfile.TemporaryDirectory() as tmp:
+            print(run_spec(*inp) if kind == "spec" else run_plan(inp, Path(tmp)))
+        return
+    res = run(args.specs, args.plans, args.seed, args.limit, progress=not args.json)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(table(res))
+        for e in res["examples"]:
+            print(e)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
