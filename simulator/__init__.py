@@ -97,6 +97,7 @@ def _simulate(spec: Spec, programs: tuple[Program, ...], schedule: Schedule | No
         transfers=len(engine.net.transfers),
         bytes_moved=sum(x.nbytes for x in engine.net.transfers),
         wait_per_device=tuple(s.wait for s in engine.states),
+        peer_wait_per_device=tuple(s.peer_wait for s in engine.states),
         drift_max=dr[0] if dr else None,
         drift_mean=dr[1] if dr else None,
         drift_blocks=dr[2] if dr else None,

@@ -30,7 +30,7 @@ from tessel_dsl.simulator.memory import MemoryTracker
 class DeviceState:
     """Where one device is and what it has done so far."""
 
-    __slots__ = ("device", "pc", "blocked", "done", "finish", "busy", "wait", "exposed", "records")
+    __slots__ = ("device", "pc", "blocked", "done", "finish", "busy", "wait", "exposed", "peer_wait", "records")
 
     def __init__(self, device: int):
         self.device = device
@@ -42,6 +42,8 @@ class DeviceState:
         self.busy = 0.0
         self.wait = 0.0  # time idle inside comm operations
         self.exposed = 0.0  # part of `wait` during which a transfer was actually moving
+        # time idle at a multi-device block until its other devices arrive (not waiting for data)
+        self.peer_wait = 0.0
         # (start, end, block, mb) per compute, in execution order.
         self.records: list[tuple[float, float, str, int]] = []
 
@@ -180,7 +182,7 @@ class Engine:
             t0 = env.now
             yield bar[1]
             st.blocked = None
-            st.wait += bar[2] - t0
+            st.peer_wait += bar[2] - t0
             return
         del self._barriers[key]
         now = env.now

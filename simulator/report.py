@@ -1,6 +1,7 @@
 """The simulation report: what a run measured, as a value, as JSON and as a rich summary table."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tessel_dsl.ir import Link
@@ -37,7 +38,10 @@ class Report:
     comm_hidden: float
     transfers: int
     bytes_moved: int
+    # Idle inside a receive/wait until the tensor arrived (communication only).
     wait_per_device: tuple[float, ...]
+    # Idle at a multi-device block until the block's other devices reached it.
+    peer_wait_per_device: tuple[float, ...]
     drift_max: float | None
     drift_mean: float | None
     drift_blocks: int | None
@@ -105,6 +109,7 @@ class Report:
                 "hidden": r(self.comm_hidden),
                 "wait_per_device": [r(w) for w in self.wait_per_device],
             },
+            "peer_wait_per_device": [r(w) for w in self.peer_wait_per_device],
             "drift": None if self.drift_max is None else {
                 "max": r(self.drift_max), "mean": r(self.drift_mean), "blocks": self.drift_blocks,
             },
@@ -165,11 +170,32 @@ def summary_table(report: Report):
                   f"max {_num(report.drift_max)}, {report.drift_blocks} block(s) moved")
 
     d = Table(show_header=True, header_style="bold", title="per device", title_justify="left")
-    for col in ("device", f"busy ({tu})", "bubble", "peak mem", f"waiting for data ({tu})"):
-        d.add_column(col, justify="right")
+    for col in DEVICE_COLUMNS:
+        d.add_column(col.title.format(tu=tu, mu=report.memory_label), justify="right")
     for i in range(report.devices):
-        peak = report.peak_memory[i]
-        mem = f"[red]{peak}[/]" if peak > report.memory_capacity else str(peak)
-        d.add_row(str(i), _num(report.busy[i]), _pct(report.bubble_per_device[i]), mem,
-                  _num(report.wait_per_device[i]))
+        d.add_row(*(col.cell(report, i) for col in DEVICE_COLUMNS))
     return t, d
+
+
+@dataclass(frozen=True)
+class DeviceColumn:
+    """One column of the per-device table: a title (``{tu}``/``{mu}`` become the time/memory unit
+    labels) and the cell text of device i."""
+
+    title: str
+    cell: Callable[[Report, int], str]
+
+
+def _peak_cell(report: Report, i: int) -> str:
+    peak = report.peak_memory[i]
+    return f"[red]{peak}[/]" if peak > report.memory_capacity else str(peak)
+
+
+DEVICE_COLUMNS: tuple[DeviceColumn, ...] = (
+    DeviceColumn("device", lambda r, i: str(i)),
+    DeviceColumn("busy ({tu})", lambda r, i: _num(r.busy[i])),
+    DeviceColumn("bubble", lambda r, i: _pct(r.bubble_per_device[i])),
+    DeviceColumn("peak mem", _peak_cell),
+    DeviceColumn("waiting for data ({tu})", lambda r, i: _num(r.wait_per_device[i])),
+    DeviceColumn("waiting for peers ({tu})", lambda r, i: _num(r.peer_wait_per_device[i])),
+)

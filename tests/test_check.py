@@ -5,7 +5,7 @@ import pytest
 
 from tessel_dsl.lang.check import check, diagnose
 from tessel_dsl.errors import Location, SpecError
-from tessel_dsl.ir import Block, Edge, Expectation, Kind, Spec
+from tessel_dsl.ir import Block, Edge, Expectation, Kind, Link, Spec
 
 
 def fwd(name, dev, time=1, mem=1):
@@ -96,3 +96,17 @@ def test_expectations_are_checked():
     spec = vshape(expectations=(Expectation("speed", "<=", 1.0), Expectation("bubble", "~", 0.1),
                                 Expectation("period", "==", "fast"), Expectation("period", "==", "lower_bound")))
     assert codes(spec) == ["unknown-metric", "bad-expect", "bad-expect"]
+
+
+@pytest.mark.parametrize("link", [Link(latency=-1.0), Link(bandwidth=-5.0), Link(bandwidth=float("nan")),
+                                  Link(latency=float("inf")), Link(bandwidth="fast")])
+def test_bad_link_built_in_python_is_rejected(link):
+    spec = vshape(link=link)
+    assert codes(spec) == ["bad-link"]
+    with pytest.raises(SpecError, match="link"):
+        check(spec)
+
+
+def test_free_and_costed_links_pass():
+    for link in (Link(), Link(latency=0.5), Link(latency=1.0, bandwidth=1e-3)):
+        assert check(vshape(link=link)).link == link

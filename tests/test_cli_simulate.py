@@ -120,3 +120,18 @@ def test_spec_is_searched_then_plan_is_reextended(capsys, tmp_path):
 def test_set_on_a_plan_is_a_usage_error(capsys, plan_file):
     code, _, err = run(capsys, "simulate", str(plan_file), "--set", "D=8")
     assert code == 2 and "apply to a .tsl spec" in err
+
+
+def test_waiting_for_data_and_for_peers_are_separate_columns(capsys):
+    # M-shape with free links: nothing is ever in flight, yet devices idle at the all-device
+    # blocks E and T until the others arrive; that is not waiting for data.
+    code, out, _ = run(capsys, "simulate", str(SPECS / "mshape.tsl"), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["comm"]["total"] == 0 and data["link"] == {"latency": 0.0, "bandwidth": 0.0}
+    peers = data["peer_wait_per_device"]
+    assert all(w > 0 for w in peers)
+    code, out, _ = run(capsys, "simulate", str(SPECS / "mshape.tsl"), "--no-timeline", "--width", "200")
+    assert "waiting for data" in out and "waiting for peers" in out
+    row3 = next(line for line in out.splitlines() if line.strip("│ ").startswith("3 "))
+    assert row3.split("│")[-2].strip() == f"{peers[3]:g}"

@@ -165,6 +165,29 @@ def test_units_resolutions_and_link():
     assert spec.link.bandwidth == pytest.approx(100e9 * 0.0005)
 
 
+@pytest.mark.parametrize("link, where, why", [
+    ("link bandwidth 0", 16, "must be positive"),
+    ("resolution time 1us\nlink latency 1 bandwidth 0 GB/s", 26, "must be positive"),
+    # 1 B/s is 1e-9 bytes per 1ns unit: a real but tiny rate, stored rounded it would read as 0
+    ("resolution time 1ns\nlink bandwidth 1 B/s", 16, "rounds to 0"),
+    ("link bandwidth 0.0000001", 16, "rounds to 0"),
+])
+def test_link_bandwidth_that_is_or_rounds_to_zero_is_an_error(link, where, why):
+    text = f"devices 2\nmemory 4\n{link}\nforward A on 0 time 1\nforward B on 1 time 1\nA -> B\n"
+    line = 3 + link.count("\n")
+    with pytest.raises(SpecError) as err:
+        parse(text, "l.tsl")
+    (d,) = err.value.diagnostics
+    assert d.code == "bad-link" and why in d.message
+    assert (d.location.file, d.location.line, d.location.column) == ("l.tsl", line, where)
+
+
+def test_link_bandwidth_small_but_representable_is_kept():
+    text = "devices 2\nmemory 4\nresolution time 1ns\nlink bandwidth 1 GB/s\nforward A on 0 time 1\n"
+    assert parse(text).link.bandwidth == 1.0
+    assert parse(text.replace("1 GB/s", "0.001")).link.bandwidth == 0.001
+
+
 def test_expectations():
     text = (HEAD + "microbatches 8\nforward A on 0 time 1\n"
             "expect bubble <= 5% at N=128\nexpect peak_memory <= M\nexpect deadlock_free\n"

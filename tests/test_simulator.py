@@ -61,7 +61,8 @@ def test_joint_block_waits_for_the_last_member():
     assert report.ok
     assert report.timeline[1] == ((5.0, 7.0, "J", 0),)
     assert report.makespan == 7
-    assert report.wait_per_device[1] == 5  # idle until device 0 arrives
+    # idle until device 0 arrives: waiting for a peer, not for data (nothing is sent)
+    assert report.peer_wait_per_device == (0, 5) and report.wait_per_device == (0, 0)
 
 
 def test_memory_overflow_is_reported_with_time_device_action():

@@ -155,6 +155,7 @@ INVALID = {
     "bad-option": (SpecError, "bad-option", 5, 36, None),
     "empty-group": (SpecError, "empty-group", 5, 6, None),
     "too-large": (SpecError, "too-large", 4, 1, None),
+    "bad-link": (SpecError, "bad-link", 4, 26, None),
 }
 
 

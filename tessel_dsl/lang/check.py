@@ -6,9 +6,11 @@ being well-formed: unknown names and cycles are found here before anything walks
 Codes: ``bad-devices``, ``bad-memory``, ``bad-microbatches``, ``duplicate-name``, ``empty-devices``,
 ``device-range``, ``duplicate-device``, ``non-positive-time``, ``missing-forward``,
 ``unknown-name``, ``cycle``, ``memory-infeasible``, ``unknown-metric``, ``bad-expect``,
-``backward-before-forward``, ``negative-memory``, ``memory-not-freed``.
+``backward-before-forward``, ``negative-memory``, ``memory-not-freed``, ``bad-link``.
 """
 from __future__ import annotations
+
+import math
 
 from tessel_dsl.analysis import forwards_not_ancestors, microbatch_memory
 from tessel_dsl.errors import Diagnostic, SpecError
@@ -37,6 +39,7 @@ def diagnose(spec: Spec) -> list[Diagnostic]:
         out.append(Diagnostic("bad-microbatches", f"micro-batch count must be at least 1, got {spec.microbatches}"))
     if not spec.blocks:
         out.append(Diagnostic("no-blocks", "the placement declares no blocks"))
+    out += _link(spec)
     out += _blocks(spec)
     names = {b.name for b in spec.blocks}
     for e in spec.edges:
@@ -94,6 +97,18 @@ def _blocks(spec: Spec) -> list[Diagnostic]:
                 what = (f"names {b.forward}, which is not a forward block" if b.forward
                         else "has no forward block")
                 out.append(Diagnostic("missing-forward", f"{b.kind.value} block {b.name} {what}", b.span))
+    return out
+
+
+def _link(spec: Spec) -> list[Diagnostic]:
+    """The link's costs: finite and not negative (a bandwidth of 0 is the IR's "no cost")."""
+    out = []
+    link = spec.link
+    for what, value in (("latency", link.latency), ("bandwidth", link.bandwidth)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            out.append(Diagnostic("bad-link", f"link {what} must be a number, got {value!r}"))
+        elif not math.isfinite(value) or value < 0:
+            out.append(Diagnostic("bad-link", f"link {what} must be a finite number >= 0, got {value!r}"))
     return out
 
 

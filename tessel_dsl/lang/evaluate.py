@@ -26,6 +26,7 @@ from tessel_dsl.limits import MAX_EXPANSION, MAX_INCLUDES
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 SYMBOLS = ("M", "lower_bound")  # expectation values resolved later, against the searched plan
+_BANDWIDTH_DIGITS = 6  # bandwidths are stored rounded, so a plan file reads back equal
 _HEADER = (A.Placement, A.Devices, A.Memory, A.Microbatches, A.ModeStmt, A.LinkStmt, A.Expect, A.Derive)
 _BODY = (A.BlockDecl, A.Edges, A.For, A.Use)
 
@@ -280,10 +281,18 @@ class Evaluator(Values):
                 value = value * U.MEMORY_UNITS[r.unit] / U.TIME_UNITS[r.per] * res
             if value < 0:
                 raise self.error("bad-value", "bandwidth must not be negative", r.loc)
+            # In the IR a bandwidth of 0 means "no link cost", so a written 0 (or a rate too small
+            # for the time unit) would silently turn the slowest link into an infinitely fast one.
+            if value == 0:
+                raise self.error("bad-link", "bandwidth must be positive (leave `bandwidth` out for "
+                                 "transfers that cost no time)", r.loc)
+            if round(value, _BANDWIDTH_DIGITS) == 0:
+                raise self.error("bad-link", f"bandwidth is {value:.3g} bytes per time unit, which rounds "
+                                 "to 0 (give a larger bandwidth or a coarser `resolution time`)", r.loc)
             bandwidth = float(value)
         if latency < 0:
             raise self.error("bad-value", "latency must not be negative", s.loc)
-        return Link(latency=round(float(latency), 12), bandwidth=round(bandwidth, 6))
+        return Link(latency=round(float(latency), 12), bandwidth=round(bandwidth, _BANDWIDTH_DIGITS))
 
     def _expect(self, s: A.Expect) -> None:
         if s.metric not in METRICS:
