@@ -122,16 +122,23 @@ def test_set_on_a_plan_is_a_usage_error(capsys, plan_file):
     assert code == 2 and "apply to a .tsl spec" in err
 
 
-def test_waiting_for_data_and_for_peers_are_separate_columns(capsys):
+def test_waiting_for_data_and_for_peers_are_separate_columns(capsys, tmp_path):
     # M-shape with free links: nothing is ever in flight, yet devices idle at the all-device
     # blocks E and T until the others arrive; that is not waiting for data.
-    code, out, _ = run(capsys, "simulate", str(SPECS / "mshape.tsl"), "--json")
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.search.baselines import build
+
+    spec = parse_file(SPECS / "mshape.tsl")
+    path = tmp_path / "m.json"
+    save_plan(make_plan(spec, build(spec, "1f1b+", 8)), path)
+    code, out, _ = run(capsys, "simulate", str(path), "--json")
     assert code == 0
     data = json.loads(out)
     assert data["comm"]["total"] == 0 and data["link"] == {"latency": 0.0, "bandwidth": 0.0}
     peers = data["peer_wait_per_device"]
+    data_wait = data["comm"]["wait_per_device"]
     assert all(w > 0 for w in peers)
-    code, out, _ = run(capsys, "simulate", str(SPECS / "mshape.tsl"), "--no-timeline", "--width", "200")
+    code, out, _ = run(capsys, "simulate", str(path), "--no-timeline", "--width", "200")
     assert "waiting for data" in out and "waiting for peers" in out
-    row3 = next(line for line in out.splitlines() if line.strip("│ ").startswith("3 "))
-    assert row3.split("│")[-2].strip() == f"{peers[3]:g}"
+    rows = [line.split("│")[1:-1] for line in out.splitlines() if line.strip("│ ")[:2] in ("0 ", "1 ", "2 ", "3 ")]
+    assert [float(r[-1]) for r in rows[-4:]] == peers and [float(r[-2]) for r in rows[-4:]] == data_wait
