@@ -45,6 +45,59 @@ class SyntaxError_(TesselError):
 TslSyntaxError = SyntaxError_
 
 
+# Every `Diagnostic.code`, with what it means: the one list. The README's error table is this
+# list (tests/test_error_codes.py checks both, and that every code raised anywhere is here).
+CODES: dict[str, str] = {
+    "unknown-name": "a dependency, expression or `use` names something undefined",
+    "duplicate-name": "two blocks (or shapes, or params) share a name",
+    "device-range": "a device outside 0..D-1 (or a device range far too large)",
+    "empty-devices": "a block placed on no device",
+    "duplicate-device": "a block that lists a device twice",
+    "non-positive-time": "a block with time ≤ 0",
+    "cycle": "blocks that wait for each other (the cycle is printed)",
+    "missing-forward": "a backward-like block whose forward block does not exist",
+    "memory-infeasible": "one micro-batch alone needs more memory than a device has (device and excess named)",
+    "unset-param": "a parameter with no value",
+    "unknown-set": "a `--set` for a parameter the spec does not declare",
+    "bad-set-value": "a `--set` value that is not a number",
+    "unknown-unit": "a unit that is not a time or memory unit where one is needed",
+    "missing-resolution": "a physical unit without the matching `resolution`",
+    "not-integer": "a fraction where a whole number is needed",
+    "unknown-dtype": "a tensor dtype that is not known",
+    "unknown-metric": "an expectation of a metric that is not known",
+    "bad-expect": "an expectation of the wrong form (comparison or symbol)",
+    "bad-link": "a `link` bandwidth of 0 or one that rounds to 0 in the spec's time unit; a negative or non-finite link cost",
+    "shape-args": "a `use` with wrong arguments",
+    "shape-recursion": "a shape that uses itself",
+    "include-error": "an include that cannot be read",
+    "include-cycle": "a file that includes itself",
+    "missing-declaration": "no `devices` or `memory` (or `on all` before `devices`)",
+    "duplicate-declaration": "a header statement given twice",
+    "missing-devices": "a block without `on DEVICES`",
+    "missing-time": "a block without `time T`",
+    "duplicate-option": "a block option given twice",
+    "bad-option": "a block option that does not apply to this kind of block",
+    "misplaced-statement": "a header statement inside a loop, shape or included file",
+    "bad-name": "a name template that gives something that is not a name",
+    "empty-group": "an empty comprehension (`{F{i} for i in 3..1}`)",
+    "bad-value": "a bad number (e.g. division by zero, a negative count or latency)",
+    "too-large": "a loop, range or nesting far too large",
+    "bad-devices": "a spec (built in Python) with fewer than one device",
+    "bad-memory": "a spec (built in Python) with a negative memory capacity",
+    "bad-microbatches": "a spec (built in Python) with fewer than one micro-batch",
+    "no-blocks": "a placement that declares no blocks",
+    "bad-mode": "a mode that is neither train nor infer",
+    "bad-input": "spec text that is not a string (Python API)",
+    "cannot-read": "the spec file itself cannot be read",
+}
+
+
+def codes_table() -> str:
+    """`CODES` as the README's Markdown table."""
+    rows = [f"| `{code}` | {meaning} |" for code, meaning in CODES.items()]
+    return "\n".join(["| code | meaning |", "|---|---|", *rows])
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """One semantic problem: a stable code (e.g. ``unknown-name``), a message and where."""
