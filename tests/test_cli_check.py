@@ -42,6 +42,19 @@ def test_json_is_the_only_stdout():
             "forward": "J"} in data["blocks"]
 
 
+@pytest.mark.parametrize("name", ["kshape", "zerobubble"])
+def test_json_holds_the_spec_in_the_ir_codec_form(name):
+    import dataclasses
+
+    from tessel_dsl.ir import Spec
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.serialize import from_json
+
+    data = json.loads(tessel(f"specs/{name}.tsl", "--json").stdout)
+    fields = {f.name for f in dataclasses.fields(Spec) if f.compare}
+    assert from_json(Spec, {k: data[k] for k in fields}) == parse_file(SPECS / f"{name}.tsl")
+
+
 @pytest.mark.parametrize("args,fragment", [
     (["specs/invalid/cycle.tsl"], "error[cycle]"),
     (["specs/invalid/syntax-missing-arrow.tsl"], "syntax error"),

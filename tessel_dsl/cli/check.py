@@ -15,35 +15,30 @@ from tessel_dsl.cli.app import app, console, parse_sets
 
 
 def summarize(spec) -> dict:
-    """The numbers `tessel check` reports, as plain data (the `--json` output)."""
+    """The numbers `tessel check` reports, as plain data (the `--json` output): the spec in the IR's
+    own JSON form (as a plan file stores it, so a new IR field shows up here unasked), then what
+    the analysis derives from it."""
     from tessel_dsl.analysis import busy_time, lower_bound, max_inflight, microbatch_memory, resident_memory
+    from tessel_dsl.serialize import to_json
 
     return {
-        "name": spec.name,
-        "mode": spec.mode.value,
-        "devices": spec.devices,
-        "memory": spec.memory,
-        "microbatches": spec.microbatches,
-        "params": dict(spec.params),
-        "units": {"time": spec.units.time_label, "memory": spec.units.memory_label},
-        "link": {"latency": spec.link.latency, "bandwidth": spec.link.bandwidth},
-        "blocks": [
-            {"name": b.name, "kind": b.kind.value, "devices": list(b.devices), "time": b.time,
-             "memory": b.memory, **({"forward": b.forward} if b.forward else {})}
-            for b in spec.blocks
-        ],
-        "edges": [[e.src, e.dst] for e in spec.edges],
+        **to_json(spec),
         "blocks_per_device": [[b.name for b in spec.blocks_on(d)] for d in range(spec.devices)],
         "busy_time": list(busy_time(spec)),
         "lower_bound": lower_bound(spec),
         "microbatch_memory": list(microbatch_memory(spec)),
         "resident_memory": list(resident_memory(spec)),
         "max_inflight": max_inflight(spec),
-        "expectations": [
-            {"metric": x.metric, "op": x.op, "value": x.value, "microbatches": x.microbatches}
-            for x in spec.expectations
-        ],
     }
+
+
+# The per-device table of `tessel check`: (title, justify, cell of device d in a summary).
+DEVICE_COLUMNS = (
+    ("device", "right", lambda s, d: str(d)),
+    ("blocks", "left", lambda s, d: " ".join(s["blocks_per_device"][d])),
+    ("busy", "right", lambda s, d: str(s["busy_time"][d])),
+    ("memory / mb", "right", lambda s, d: str(s["microbatch_memory"][d])),
+)
 
 
 def render(summary: dict) -> None:
@@ -51,18 +46,16 @@ def render(summary: dict) -> None:
     from rich.table import Table
 
     s = summary
-    unit = "" if s["units"]["time"] == "unit" else f" (1 unit = {s['units']['time']})"
+    unit = "" if s["units"]["time_label"] == "unit" else f" (1 unit = {s['units']['time_label']})"
     console.print(f"[bold]{s['name']}[/] — {s['mode']}, {s['devices']} devices, memory {s['memory']} "
                   f"per device, {s['microbatches']} micro-batches, {len(s['blocks'])} blocks{unit}")
     if s["params"]:
-        console.print("params: " + ", ".join(f"{k}={v}" for k, v in s["params"].items()), highlight=False)
+        console.print("params: " + ", ".join(f"{k}={v}" for k, v in s["params"]), highlight=False)
     table = Table(show_edge=False, header_style="bold")
-    for col, justify in (("device", "right"), ("blocks", "left"), ("busy", "right"),
-                         ("memory / mb", "right")):
-        table.add_column(col, justify=justify)
+    for title, justify, _cell in DEVICE_COLUMNS:
+        table.add_column(title, justify=justify)
     for d in range(s["devices"]):
-        table.add_row(str(d), " ".join(s["blocks_per_device"][d]), str(s["busy_time"][d]),
-                      str(s["microbatch_memory"][d]))
+        table.add_row(*(cell(s, d) for _title, _justify, cell in DEVICE_COLUMNS))
     console.print(table)
     console.print(f"lower bound of the repetend period: [bold]{s['lower_bound']}[/] "
                   "(busiest device's work per micro-batch)")
