@@ -6,11 +6,13 @@ import ast
 from pathlib import Path
 
 from tessel_dsl.errors import CODES, codes_table
+from tessel_dsl.lang.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [p for top in ("tessel_dsl", "simulator", "executor") for p in (ROOT / top).rglob("*.py")]
-# The one place a code arrives as a variable: the evaluator's error() wrapper builds the Diagnostic.
-PASS_THROUGH = {("values.py", "Diagnostic")}
+# Where a code arrives as a variable: the evaluator's error() wrapper builds the Diagnostic, and
+# check() reports a block option's own check under the code its row gives.
+PASS_THROUGH = {("values.py", "Diagnostic"), ("check.py", "Diagnostic")}
 
 
 def _raised_codes() -> tuple[dict[str, list[str]], list[str]]:
@@ -34,6 +36,9 @@ def _raised_codes() -> tuple[dict[str, list[str]], list[str]]:
                 found.setdefault(first.value, []).append(where)
             elif (path.name, name) not in PASS_THROUGH:
                 odd.append(where)
+    for option in OPTIONS:  # the block option table raises its codes through the evaluator and check()
+        for code in option.codes():
+            found.setdefault(code, []).append(f"lang/options.py: {option.words}")
     return found, odd
 
 

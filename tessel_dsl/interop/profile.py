@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from tessel_dsl.analysis import max_inflight, microbatch_memory, resident_memory
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Block, Kind, Mode, Spec, Units
+from tessel_dsl.lang.options import BLOCK_FIELDS
 from tessel_dsl.units import MEMORY_UNITS, TIME_UNITS, format_number, round_units
 
 
@@ -187,7 +188,7 @@ def _capacity(old: Spec, new: Spec, capacity_bytes: int | None) -> int:
 
 
 def _devices(b: Block, spec: Spec) -> str:
-    if len(b.devices) == spec.devices and spec.devices > 1:
+    if b.devices == tuple(range(spec.devices)) and spec.devices > 1:  # `all` reads back in this order
         return "all"
     if len(b.devices) == 1:
         return str(b.devices[0])
@@ -213,7 +214,10 @@ def spec_to_tsl(spec: Spec, header: str = "") -> str:
     lines.append("")
     for b in spec.blocks:
         of = f" of {b.forward}" if b.forward else ""
-        lines.append(f"{b.kind.value} {b.name}{of} on {_devices(b, spec)} time {b.time} memory {b.memory}")
+        # The options come from the block option table, so a new IR option is written unasked.
+        options = "".join(f" {o.words} {_value_text(getattr(b, o.field))}" for o in BLOCK_FIELDS
+                          if o.required or o.always_written or getattr(b, o.field) != o.default)
+        lines.append(f"{b.kind.value} {b.name}{of} on {_devices(b, spec)}{options}")
     lines.append("")
     for e in spec.edges:
         tensor = f" : [{', '.join(map(str, e.tensor.shape))}] {e.tensor.dtype}" if e.tensor else ""
@@ -223,6 +227,10 @@ def spec_to_tsl(spec: Spec, header: str = "") -> str:
     for x in spec.expectations:
         lines.append("expect " + _expect_text(x))
     return "\n".join(lines) + "\n"
+
+
+def _value_text(value) -> str:
+    return _plain(value) if isinstance(value, float) else str(value)
 
 
 def _plain(x: float) -> str:

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from tessel_dsl.lang import syntax as A
 from tessel_dsl.errors import Location
 from tessel_dsl.ir import DTYPE_BYTES, Block, Edge, Kind, Tensor
+from tessel_dsl.lang.options import BY_WORDS, OPTIONS
 from tessel_dsl.lang.values import MAX_BLOCKS, ForwardOptions
 
 if TYPE_CHECKING:
     from tessel_dsl.lang.evaluate import Evaluator
 
-_FORWARD_ONLY = ("grad", "grad time", "infer memory")
 
 
 def build_block(ev: "Evaluator", s: A.BlockDecl, env) -> None:
@@ -28,7 +28,7 @@ def build_block(ev: "Evaluator", s: A.BlockDecl, env) -> None:
     for key, value, loc in s.options:
         if key in opts:
             raise ev.error("duplicate-option", f"`{key}` is given twice for block {name}", loc)
-        if key in _FORWARD_ONLY and kind is not Kind.FORWARD:
+        if BY_WORDS[key].forward_only and kind is not Kind.FORWARD:
             raise ev.error("bad-option", f"`{key}` only applies to forward blocks", loc)
         opts[key] = (value, loc)
     if s.of is not None and not kind.is_backward:
@@ -39,23 +39,46 @@ def build_block(ev: "Evaluator", s: A.BlockDecl, env) -> None:
     if devices is None and not kind.is_backward:
         raise ev.error("missing-devices", f"block {name} needs `on DEVICES` (a device, a range "
                        "`0..3`, a list `[0, 2]` or `all`)", s.loc)
-    if "time" not in opts:
-        raise ev.error("missing-time", f"block {name} needs `time T`", s.loc)
-    time = int(ev.time_units(opts["time"][0], env))
-    memory = ev.memory_units(opts["memory"][0], env) if "memory" in opts else 0
+    for option in OPTIONS:
+        if option.required and option.words not in opts:
+            raise ev.error(option.missing_code, f"block {name} needs "
+                           f"`{option.words} {option.metavar}`", s.loc)
+    fields = {}
+    fo = ForwardOptions()
+    for option in OPTIONS:
+        if option.words in opts:
+            value = _read(ev, option.value, opts[option.words][0], env)
+        elif option.on == "forward":
+            continue  # ForwardOptions has its own defaults
+        else:
+            value = option.default
+        if option.on == "block":
+            fields[option.field] = value
+        else:
+            setattr(fo, option.field, value)
     if kind is Kind.FORWARD:
-        fo = ForwardOptions()
-        if "grad" in opts:
-            fo.grad_name = ev.render(opts["grad"][0], env)
-        if "grad time" in opts:
-            fo.grad_time = ev.grad_time(opts["grad time"][0], env)
-        if "infer memory" in opts:
-            fo.infer_memory = ev.memory_units(opts["infer memory"][0], env)
         ev.forward_opts[name] = fo
-    block = Block(name, kind, devices or (), time, memory, forward, s.name.loc)
+    block = Block(name, kind, devices or (), forward=forward, span=s.name.loc, **fields)
     if kind.is_backward and (forward is None or devices is None):
         ev.pending_of.append((len(ev.blocks), s))  # resolved once every block is known
     ev.blocks.append(block)
+
+
+def _read(ev: "Evaluator", how: str, value, env):
+    """An option's value, read the way its row in `options.OPTIONS` says."""
+    if how == "time":
+        return int(ev.time_units(value, env))
+    if how == "memory":
+        return ev.memory_units(value, env)
+    if how == "grad time":
+        return ev.grad_time(value, env)
+    if how == "name":
+        return ev.render(value, env)
+    if how == "integer":
+        if value.unit is not None:
+            raise ev.error("unknown-unit", f"`{value.unit}`: this option takes a plain whole number", value.loc)
+        return ev.integer(value.expr, env)
+    raise ValueError(f"no reader for option values of kind {how!r}")
 
 
 def _devices(ev: "Evaluator", d: A.DevSet, env) -> tuple[int, ...]:

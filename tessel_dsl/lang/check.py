@@ -15,6 +15,7 @@ import math
 from tessel_dsl.analysis import forwards_not_ancestors, microbatch_memory
 from tessel_dsl.errors import Diagnostic, SpecError
 from tessel_dsl.ir import Kind, Spec
+from tessel_dsl.lang.options import BLOCK_FIELDS
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 OPS = ("<", "<=", "==", "!=", ">=", ">")
@@ -88,9 +89,10 @@ def _blocks(spec: Spec) -> list[Diagnostic]:
         if len(set(b.devices)) != len(b.devices):
             out.append(Diagnostic("duplicate-device", f"block {b.name} lists a device twice: "
                                   f"{list(b.devices)}", b.span))
-        if b.time <= 0:
-            out.append(Diagnostic("non-positive-time", f"block {b.name} takes time {b.time}; "
-                                  "every block needs a positive time", b.span))
+        for option in BLOCK_FIELDS:
+            problem = option.check(getattr(b, option.field)) if option.check else None
+            if problem:
+                out.append(Diagnostic(option.check_code, f"block {b.name} {problem}", b.span))
         if b.kind.is_backward:
             f = by_name.get(b.forward) if b.forward else None
             if f is None or f.kind is not Kind.FORWARD:

@@ -6,6 +6,7 @@ from typing import Callable
 from lark import Token, Transformer, Tree, v_args
 
 from tessel_dsl.errors import Location, SyntaxError_
+from tessel_dsl.lang.options import BY_RULE
 from tessel_dsl.limits import MAX_NUMBER
 from tessel_dsl.lang.syntax import (
     BinOp, BlockDecl, Derive, DevAll, DevList, DevRange, Devices, Edges, Expect, Expr, For, Include,
@@ -147,20 +148,13 @@ class ToAst(Transformer):
     def dev_list(self, meta, c):
         return DevList(tuple(c), self._loc(meta))
 
-    def opt_time(self, meta, c):
-        return ("time", c[0], self._loc(meta))
-
-    def opt_memory(self, meta, c):
-        return ("memory", c[0], self._loc(meta))
-
-    def opt_grad_name(self, meta, c):
-        return ("grad", self._name(c[0]), self._loc(meta))
-
-    def opt_grad_time(self, meta, c):
-        return ("grad time", c[0], self._loc(meta))
-
-    def opt_infer_memory(self, meta, c):
-        return ("infer memory", c[0], self._loc(meta))
+    def __default__(self, data, children, meta):
+        """Block options (`opt_*` rules): (words, value, location), whatever the option."""
+        option = BY_RULE.get(data)
+        if option is None:  # pragma: no cover - every other rule has its method
+            return Tree(data, children, meta)
+        value = self._name(children[0]) if _is_token(children[0], "NAME") else children[0]
+        return (option.words, value, self._loc(meta))
 
     def block(self, meta, c):
         kind, name, rest = c[0], self._name(c[1]), list(c[2:])
@@ -231,5 +225,3 @@ class ToAst(Transformer):
     def start(self, meta, c):
         return [s for s in c if isinstance(s, Stmt)]
 
-    def __default__(self, data, children, meta):  # pragma: no cover - every rule is handled
-        return Tree(data, children, meta)
