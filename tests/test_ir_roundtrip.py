@@ -43,7 +43,8 @@ def specs(draw) -> Spec:
     def options(memory: int) -> dict:
         out = {}
         for o in BLOCK_FIELDS:
-            out[o.field] = memory if o.field == "memory" else draw(VALUES[o.value])
+            sound = VALUES[o.value].filter(lambda v, o=o: o.check is None or o.check(v) is None)
+            out[o.field] = memory if o.field == "memory" else draw(sound)
         return out
 
     def tensor():
