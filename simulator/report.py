@@ -152,22 +152,10 @@ def summary_table(report: Report):
     t = Table(title=title, title_justify="left", show_header=True, header_style="bold")
     t.add_column("metric")
     t.add_column("value", justify="right")
-    verdict = "[green]ok[/]" if report.ok else "[bold red]" + ("DEADLOCK" if report.deadlock else "MEMORY OVERFLOW") + "[/]"
-    t.add_row("verdict", verdict)
-    t.add_row(f"makespan ({tu})", _num(report.makespan))
-    t.add_row("bubble rate", _pct(report.bubble))
-    period = _num(report.period)
-    if report.planned_period is not None:
-        period += f" (planned {report.planned_period})"
-    t.add_row(f"steady-state period ({tu})", period)
-    t.add_row(f"lower bound ({tu})", str(report.lower_bound))
-    t.add_row(f"peak memory / M ({report.memory_label})",
-              f"{max(report.peak_memory, default=0)} / {report.memory_capacity}")
-    t.add_row("transfers", f"{report.transfers} ({report.bytes_moved} B)")
-    t.add_row(f"comm hidden / exposed ({tu})", f"{_num(report.comm_hidden)} / {_num(report.comm_exposed)}")
-    if report.drift_max is not None:
-        t.add_row(f"start drift vs plan ({tu})",
-                  f"max {_num(report.drift_max)}, {report.drift_blocks} block(s) moved")
+    for label, text in METRIC_ROWS:
+        value = text(report)
+        if value is not None:
+            t.add_row(label.format(tu=tu, mu=report.memory_label), value)
 
     d = Table(show_header=True, header_style="bold", title="per device", title_justify="left")
     for col in DEVICE_COLUMNS:
@@ -184,6 +172,35 @@ class DeviceColumn:
 
     title: str
     cell: Callable[[Report, int], str]
+
+
+def _verdict(report: Report) -> str:
+    if report.ok:
+        return "[green]ok[/]"
+    return "[bold red]" + ("DEADLOCK" if report.deadlock else "MEMORY OVERFLOW") + "[/]"
+
+
+def _period(report: Report) -> str:
+    period = _num(report.period)
+    if report.planned_period is not None:
+        period += f" (planned {report.planned_period})"
+    return period
+
+
+# The headline table: (label, value text of a report, or None to leave the row out); a label's
+# {tu}/{mu} become the time/memory unit labels, as in DEVICE_COLUMNS.
+METRIC_ROWS: tuple[tuple[str, Callable[[Report], str | None]], ...] = (
+    ("verdict", _verdict),
+    ("makespan ({tu})", lambda r: _num(r.makespan)),
+    ("bubble rate", lambda r: _pct(r.bubble)),
+    ("steady-state period ({tu})", _period),
+    ("lower bound ({tu})", lambda r: str(r.lower_bound)),
+    ("peak memory / M ({mu})", lambda r: f"{max(r.peak_memory, default=0)} / {r.memory_capacity}"),
+    ("transfers", lambda r: f"{r.transfers} ({r.bytes_moved} B)"),
+    ("comm hidden / exposed ({tu})", lambda r: f"{_num(r.comm_hidden)} / {_num(r.comm_exposed)}"),
+    ("start drift vs plan ({tu})", lambda r: None if r.drift_max is None else
+     f"max {_num(r.drift_max)}, {r.drift_blocks} block(s) moved"),
+)
 
 
 def _peak_cell(report: Report, i: int) -> str:

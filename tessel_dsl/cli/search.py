@@ -54,6 +54,41 @@ def summary(spec, plan) -> dict:
     }
 
 
+def _period(s: dict) -> str:
+    if not s["period"]:
+        return "- (no repetend; solved directly)"
+    verdict = "[green]optimal[/]" if s["gap"] == 0 else f"[yellow]{s['gap'] * 100:.1f}% above[/]"
+    return f"{s['period']}  (lower bound {s['lower_bound']}: {verdict})"
+
+
+def _makespan(s: dict) -> str:
+    if not s["makespan_bound"]:
+        return f"{s['makespan']}"
+    return f"{s['makespan']}  (lower bound {s['makespan_bound']}: {in_time(s, s['makespan_gap'])} above)"
+
+
+def _proven(s: dict) -> str:
+    text = "yes" if s["proven"] else "[yellow]no[/]"
+    if s["period_proven"]:
+        copies = "once" if s["copies"] == 1 else f"{s['copies']} times or fewer"
+        return text + f"  (period minimal among repetends that hold each block {copies})"
+    return text + ("  (period not proven minimal)" if s["period"] else "")
+
+
+# The rows of the summary table: (label, text from the summary dict, or None to leave the row out).
+ROWS = (
+    ("repetend period t_R", _period),
+    ("micro-batches in repetend N_R", lambda s: str(s["nr"]) if s["nr"] else "-"),
+    ("makespan", _makespan),
+    ("bubble rate", lambda s: f"{s['bubble'] * 100:.2f}%"),
+    ("peak memory per device", lambda s: " ".join(map(str, s["peak_memory"])) + f"  (M={s['memory']})"),
+    ("search", lambda s: f"{s['search_seconds']:.2f}s, {s['solver']}/{s['method']}, "
+                         f"{s['candidates_tried']} tried, {s['candidates_pruned']} pruned"),
+    ("proven", _proven),
+    ("note", lambda s: s["note"] or None),
+)
+
+
 def render(s: dict, out: Path) -> None:
     """The rich summary table."""
     from rich.table import Table
@@ -62,26 +97,10 @@ def render(s: dict, out: Path) -> None:
                   title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    verdict = "[green]optimal[/]" if s["gap"] == 0 else f"[yellow]{s['gap'] * 100:.1f}% above[/]"
-    rows = [
-        ("repetend period t_R", f"{s['period']}  (lower bound {s['lower_bound']}: {verdict})" if s["period"]
-         else "- (no repetend; solved directly)"),
-        ("micro-batches in repetend N_R", str(s["nr"]) if s["nr"] else "-"),
-        ("makespan", f"{s['makespan']}" + (f"  (lower bound {s['makespan_bound']}: "
-                                           f"{in_time(s, s['makespan_gap'])} above)" if s["makespan_bound"] else "")),
-        ("bubble rate", f"{s['bubble'] * 100:.2f}%"),
-        ("peak memory per device", " ".join(map(str, s["peak_memory"])) + f"  (M={s['memory']})"),
-        ("search", f"{s['search_seconds']:.2f}s, {s['solver']}/{s['method']}, "
-                   f"{s['candidates_tried']} tried, {s['candidates_pruned']} pruned"),
-        ("proven", ("yes" if s["proven"] else "[yellow]no[/]") + (
-            f"  (period minimal among repetends that hold each block "
-            f"{'once' if s['copies'] == 1 else str(s['copies']) + ' times or fewer'})" if s["period_proven"]
-            else "  (period not proven minimal)" if s["period"] else "")),
-    ]
-    if s["note"]:
-        rows.append(("note", s["note"]))
-    for k, v in rows:
-        table.add_row(k, v)
+    for label, text in ROWS:
+        value = text(s)
+        if value is not None:
+            table.add_row(label, value)
     console.print(table)
     console.print(f"plan written to [bold]{out}[/]", highlight=False)
 
