@@ -1,9 +1,9 @@
-"""Baseline schedules (GPipe, 1F1B, 1F1B+, Chimera) for the same spec Tessel searches.
+"""Baseline schedules (the hand-written ones in `RECORDS`) for the same spec Tessel searches.
 
 `build(spec, name, n)` returns a validated `Schedule` whose `name` is the baseline's name. A
 baseline that does not fit the placement raises `NotApplicable` (a TesselError), which reports
-show as "n/a". GPipe ignores memory M by definition: its schedule is validated without the memory
-check, and callers compare `peak_memory` with M to mark the overflow.
+show as "n/a". A baseline that ignores memory M by definition (GPipe) is validated without the
+memory check, and callers compare `peak_memory` with M to mark the overflow.
 
 Each baseline is one `Baseline` record in `RECORDS`; the registry, the memory flag, the CLI's
 help text and the tests' parametrisation are all read from there, so a new baseline is its
