@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from tessel_dsl.lang.evaluate import Evaluator
 
 
-
 def build_block(ev: "Evaluator", s: A.BlockDecl, env) -> None:
     """Evaluate one `forward|backward|... NAME [of FWD] [on DEVICES] time T memory M ...`."""
     if len(ev.blocks) >= MAX_BLOCKS:
