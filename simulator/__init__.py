@@ -106,6 +106,8 @@ def _simulate(spec: Spec, programs: tuple[Program, ...], schedule: Schedule | No
         wall_seconds=wall,
         time_label=spec.units.time_label,
         memory_label=spec.units.memory_label,
+        time_seconds=spec.units.time_seconds,
+        memory_bytes=spec.units.memory_bytes,
         repetend_start=schedule.repetend_start if schedule is not None else None,
         timeline=tuple(tuple(s.records) for s in engine.states),
         comm=tuple((x.start, x.end, x.block, x.mb, x.src, x.dst) for x in engine.net.transfers),

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tessel_dsl.units import show_memory, show_time
 from tessel_dsl.ir import Link
 
 from tessel_dsl.simulator.deadlock import Deadlock
@@ -50,6 +51,8 @@ class Report:
     wall_seconds: float
     time_label: str = "unit"
     memory_label: str = "unit"
+    time_seconds: float = 1.0   # what one time unit is, for showing times as the spec wrote them
+    memory_bytes: int = 1
     repetend_start: int | None = None
     # Per device, the computes in execution order; for timelines and traces, not for JSON.
     timeline: tuple[tuple[Bar, ...], ...] = field(default=(), repr=False, compare=False)
@@ -136,17 +139,41 @@ def _num(x: float | None) -> str:
     return f"{x:g}" if abs(x - round(x)) > 1e-9 else str(int(round(x)))
 
 
+def _t(report: Report, x: float | None) -> str:
+    """A time in the spec's declared units (``12.5 ms``), or bare units without a resolution."""
+    return "-" if x is None else show_time(x, report.time_seconds, report.time_label)
+
+
+def _m(report: Report, x: float) -> str:
+    """A memory size in the spec's declared units (``12 GB``), or bare units without a resolution."""
+    return show_memory(x, report.memory_bytes, report.memory_label)
+
+
+def _labels(report: Report) -> dict[str, str]:
+    """What {tu}/{mu} become in row labels: the unit label when values are bare units; nothing
+    (the parentheses dropped) when the values carry their own ms/GB."""
+    return {"tu": report.time_label if report.time_label == "unit" else "",
+            "mu": report.memory_label if report.memory_label == "unit" else ""}
+
+
+def _label(text: str, report: Report) -> str:
+    return text.format(**_labels(report)).replace(" ()", "")
+
+
 def summary_table(report: Report):
-    """A rich Table with the headline numbers and a per-device breakdown."""
+    """A rich Table with the headline numbers and a per-device breakdown. Times and memory read
+    in the spec's declared units (ms, GB) when it declares resolutions."""
     from rich.table import Table
 
     tu = report.time_label
     mode = "blocking" if report.blocking else "non-blocking"
     link = "free"
     if report.link.latency > 0 or report.link.bandwidth > 0:
-        parts = [f"latency {report.link.latency:g}"]
+        parts = [f"latency {_t(report, report.link.latency)}"]
         if report.link.bandwidth > 0:
-            parts.append(f"{report.link.bandwidth:g} B/{tu}")
+            # The IR's bandwidth is bytes per time unit.
+            parts.append(f"{show_memory(report.link.bandwidth / report.time_seconds, 1, 'B')}/s" if tu != "unit"
+                         else f"{report.link.bandwidth:g} B/{tu}")
         link = ", ".join(parts)
     title = f"{report.spec} · {report.schedule} · N={report.microbatches} · {mode} · link {link}"
     t = Table(title=title, title_justify="left", show_header=True, header_style="bold")
@@ -155,11 +182,11 @@ def summary_table(report: Report):
     for label, text in METRIC_ROWS:
         value = text(report)
         if value is not None:
-            t.add_row(label.format(tu=tu, mu=report.memory_label), value)
+            t.add_row(_label(label, report), value)
 
     d = Table(show_header=True, header_style="bold", title="per device", title_justify="left")
     for col in DEVICE_COLUMNS:
-        d.add_column(col.title.format(tu=tu, mu=report.memory_label), justify="right")
+        d.add_column(_label(col.title, report), justify="right")
     for i in range(report.devices):
         d.add_row(*(col.cell(report, i) for col in DEVICE_COLUMNS))
     return t, d
@@ -181,9 +208,9 @@ def _verdict(report: Report) -> str:
 
 
 def _period(report: Report) -> str:
-    period = _num(report.period)
+    period = _t(report, report.period)
     if report.planned_period is not None:
-        period += f" (planned {report.planned_period})"
+        period += f" (planned {_t(report, report.planned_period)})"
     return period
 
 
@@ -191,28 +218,28 @@ def _period(report: Report) -> str:
 # {tu}/{mu} become the time/memory unit labels, as in DEVICE_COLUMNS.
 METRIC_ROWS: tuple[tuple[str, Callable[[Report], str | None]], ...] = (
     ("verdict", _verdict),
-    ("makespan ({tu})", lambda r: _num(r.makespan)),
+    ("makespan ({tu})", lambda r: _t(r, r.makespan)),
     ("bubble rate", lambda r: _pct(r.bubble)),
     ("steady-state period ({tu})", _period),
-    ("lower bound ({tu})", lambda r: str(r.lower_bound)),
-    ("peak memory / M ({mu})", lambda r: f"{max(r.peak_memory, default=0)} / {r.memory_capacity}"),
-    ("transfers", lambda r: f"{r.transfers} ({r.bytes_moved} B)"),
-    ("comm hidden / exposed ({tu})", lambda r: f"{_num(r.comm_hidden)} / {_num(r.comm_exposed)}"),
+    ("lower bound ({tu})", lambda r: _t(r, r.lower_bound)),
+    ("peak memory / M ({mu})", lambda r: f"{_m(r, max(r.peak_memory, default=0))} / {_m(r, r.memory_capacity)}"),
+    ("transfers", lambda r: f"{r.transfers} ({show_memory(r.bytes_moved, 1, 'B')})"),
+    ("comm hidden / exposed ({tu})", lambda r: f"{_t(r, r.comm_hidden)} / {_t(r, r.comm_exposed)}"),
     ("start drift vs plan ({tu})", lambda r: None if r.drift_max is None else
-     f"max {_num(r.drift_max)}, {r.drift_blocks} block(s) moved"),
+     f"max {_t(r, r.drift_max)}, {r.drift_blocks} block(s) moved"),
 )
 
 
 def _peak_cell(report: Report, i: int) -> str:
     peak = report.peak_memory[i]
-    return f"[red]{peak}[/]" if peak > report.memory_capacity else str(peak)
+    return f"[red]{_m(report, peak)}[/]" if peak > report.memory_capacity else _m(report, peak)
 
 
 DEVICE_COLUMNS: tuple[DeviceColumn, ...] = (
     DeviceColumn("device", lambda r, i: str(i)),
-    DeviceColumn("busy ({tu})", lambda r, i: _num(r.busy[i])),
+    DeviceColumn("busy ({tu})", lambda r, i: _t(r, r.busy[i])),
     DeviceColumn("bubble", lambda r, i: _pct(r.bubble_per_device[i])),
-    DeviceColumn("peak mem", _peak_cell),
-    DeviceColumn("waiting for data ({tu})", lambda r, i: _num(r.wait_per_device[i])),
-    DeviceColumn("waiting for peers ({tu})", lambda r, i: _num(r.peer_wait_per_device[i])),
+    DeviceColumn("peak mem ({mu})", _peak_cell),
+    DeviceColumn("waiting for data ({tu})", lambda r, i: _t(r, r.wait_per_device[i])),
+    DeviceColumn("waiting for peers ({tu})", lambda r, i: _t(r, r.peer_wait_per_device[i])),
 )

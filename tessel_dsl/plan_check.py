@@ -128,6 +128,15 @@ def check_spec(spec: Spec) -> None:
             _real(x.value, f"spec.expectations[{i}].value", -math.inf)
 
 
+def check_microbatch_count(spec: Spec, n: int) -> None:
+    """Refuse a micro-batch count whose schedule would be too large, before building it."""
+    if type(n) is not int or not 1 <= n <= MAX_MICROBATCHES:
+        raise PlanError(f"micro-batches must be between 1 and {MAX_MICROBATCHES}, got {n}")
+    if n * len(spec.blocks) > MAX_INSTANCES:
+        raise PlanError(f"{n} micro-batches x {len(spec.blocks)} blocks = {n * len(spec.blocks)} block instances, "
+                        f"more than the limit of {MAX_INSTANCES}")
+
+
 def _check_search(info) -> None:
     _real(info.seconds, "search.seconds", 0.0)
     for name in ("lower_bound", "period", "nr", "candidates_tried", "candidates_pruned", "makespan_bound"):

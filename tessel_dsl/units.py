@@ -35,3 +35,41 @@ def round_units(x: float, positive: bool) -> int:
 def format_number(x: float) -> str:
     """``1.0`` -> ``1``, ``0.5`` -> ``0.5``: labels read like what the user wrote."""
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+_TIME_SHOW = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+_DEC_SHOW = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3), ("B", 1))
+_BIN_SHOW = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+
+
+def _pick(x: float, table) -> str:
+    for name, size in table:
+        if abs(x) >= size:
+            return f"{x / size:.4g} {name}"
+    name, size = table[-1]
+    return f"{x / size:.4g} {name}"
+
+
+def _zero(label: str) -> str:
+    """Zero in the unit of the declared resolution (``0 ms`` for ``resolution time 0.5ms``)."""
+    return "0 " + label.lstrip("0123456789.")
+
+
+def show_time(value: float, seconds_per_unit: float, label: str) -> str:
+    """A time of `value` integer units as the user wrote times (``12.5 ms``); bare when the spec
+    declared no `resolution time` (the units mean nothing physical then)."""
+    if label == "unit":
+        return format_number(round(value, 6))
+    if value == 0:
+        return _zero(label)
+    return _pick(value * seconds_per_unit, _TIME_SHOW)
+
+
+def show_memory(value: float, bytes_per_unit: int, label: str) -> str:
+    """Memory of `value` integer units in bytes-based units (``12 GB``; binary when the spec's
+    resolution is binary, ``GiB``); bare without `resolution memory`."""
+    if label == "unit":
+        return format_number(round(value, 6))
+    if value == 0:
+        return _zero(label)
+    return _pick(value * bytes_per_unit, _BIN_SHOW if "iB" in label else _DEC_SHOW)

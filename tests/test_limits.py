@@ -116,9 +116,11 @@ def test_include_of_a_fifo_or_directory_is_refused(tmp_path):
             parse_file(main)
 
 
-def test_a_spec_that_is_not_a_regular_file_is_refused():
-    with pytest.raises(SpecError, match="not a regular file"):
+def test_a_spec_read_from_a_device_stops_at_the_size_limit():
+    with pytest.raises(SpecError, match="larger than 16 MiB"):
         parse_file(Path("/dev/zero"))
+    with pytest.raises(SpecError, match="not a regular file"):
+        parse_file(Path("/"))
 
 
 def test_an_included_tsl_file_still_works(tmp_path):

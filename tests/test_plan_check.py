@@ -201,3 +201,11 @@ def test_simulate_api_refuses_a_python_plan_with_a_dropped_microbatch():
     progs = tuple(dataclasses.replace(p, actions=tuple(a for a in p.actions if a.mb != 2)) for p in plan.programs)
     with pytest.raises(PlanError, match="never computed"):
         simulate(dataclasses.replace(plan, programs=progs))
+
+
+@pytest.mark.parametrize("n", ["1000000000", "200000"])
+def test_reextending_a_plan_to_a_huge_count_is_refused_at_once(capsys, tmp_path, n):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(_data()))
+    code, out, err = run_cli(capsys, "simulate", str(path), "-n", n)
+    assert code == 1 and "micro-batches must be between 1 and 100000" in " ".join(err.split())

@@ -22,6 +22,15 @@ def in_time(s: dict, units: int) -> str:
     return str(units)
 
 
+def in_memory(s: dict, units: int) -> str:
+    """`units` of the spec's memory in its own terms: ``6 (60 GB)`` with a memory resolution."""
+    from tessel_dsl.units import show_memory
+
+    if s.get("memory_unit_bytes") is None:
+        return str(units)
+    return f"{units} ({show_memory(units, s['memory_unit_bytes'], s['memory_unit'])})"
+
+
 def summary(spec, plan) -> dict:
     """The numbers `tessel search` reports, as plain data (the `--json` output)."""
     info, sched = plan.search, plan.schedule
@@ -39,6 +48,8 @@ def summary(spec, plan) -> dict:
         "makespan_gap": sched.makespan(spec) - info.makespan_bound if info.makespan_bound else None,
         "time_unit": spec.units.time_label,
         "time_unit_seconds": spec.units.time_seconds if spec.units.time_label != "unit" else None,
+        "memory_unit": spec.units.memory_label,
+        "memory_unit_bytes": spec.units.memory_bytes if spec.units.memory_label != "unit" else None,
         "bubble": round(sched.bubble_rate(spec), 6),
         "peak_memory": list(plan.peak_memory),
         "memory": spec.memory,
@@ -58,7 +69,7 @@ def _period(s: dict) -> str:
     if not s["period"]:
         return "- (no repetend; solved directly)"
     verdict = "[green]optimal[/]" if s["gap"] == 0 else f"[yellow]{s['gap'] * 100:.1f}% above[/]"
-    return f"{s['period']}  (lower bound {s['lower_bound']}: {verdict})"
+    return f"{in_time(s, s['period'])}  (lower bound {in_time(s, s['lower_bound'])}: {verdict})"
 
 
 def _makespan(s: dict) -> str:
@@ -81,7 +92,8 @@ ROWS = (
     ("micro-batches in repetend N_R", lambda s: str(s["nr"]) if s["nr"] else "-"),
     ("makespan", _makespan),
     ("bubble rate", lambda s: f"{s['bubble'] * 100:.2f}%"),
-    ("peak memory per device", lambda s: " ".join(map(str, s["peak_memory"])) + f"  (M={s['memory']})"),
+    ("peak memory per device", lambda s: " ".join(in_memory(s, m) for m in s["peak_memory"])
+     + f"  (M={in_memory(s, s['memory'])})"),
     ("search", lambda s: f"{s['search_seconds']:.2f}s, {s['solver']}/{s['method']}, "
                          f"{s['candidates_tried']} tried, {s['candidates_pruned']} pruned"),
     ("proven", _proven),

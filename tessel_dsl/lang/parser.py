@@ -186,7 +186,9 @@ def read_spec_text(path, *, include: bool = False) -> str:
         if include and (p.suffix != ".tsl" or Path(os.path.realpath(p)).suffix != ".tsl"):
             raise _Unreadable("only .tsl spec files can be included")
         st = os.stat(p)
-        if not stat.S_ISREG(st.st_mode):
+        # An include must be a regular file; the spec named on the command line may also be a
+        # pipe (`<(...)`), read only up to the size limit below.
+        if not stat.S_ISREG(st.st_mode) and (include or stat.S_ISDIR(st.st_mode)):
             raise _Unreadable("not a regular file")
         if st.st_size > MAX_SPEC_BYTES:
             raise _Unreadable(f"larger than {MAX_SPEC_BYTES >> 20} MiB")

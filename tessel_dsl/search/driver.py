@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from tessel_dsl.plan_check import check_microbatch_count
 from tessel_dsl.analysis import lower_bound, microbatch_memory
 from tessel_dsl.search.compact import compact
 from tessel_dsl.search.completion import solve_cooldown, solve_warmup
@@ -80,6 +81,7 @@ class _Clock:
 def _check_inputs(spec: Spec, n: int, method: str) -> None:
     if n < 1:
         raise TesselError(f"the number of micro-batches must be at least 1 (got {n})")
+    check_microbatch_count(spec, n)
     if method not in ("auto",) + METHODS:
         raise TesselError(f"unknown search method {method!r} (choose one of: auto, {', '.join(METHODS)})")
     need = microbatch_memory(spec)

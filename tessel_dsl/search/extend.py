@@ -67,6 +67,10 @@ def extend(spec: Spec, schedule_or_parts: Schedule | Parts, n: int, *, name: str
     can't be used for fewer micro-batches than it spans, so ``n < N_R`` is solved directly
     (time-optimally, all `n` micro-batches at once; small by definition).
     """
+    from tessel_dsl.plan_check import check_microbatch_count
+
+    if n >= 1:
+        check_microbatch_count(spec, n)  # before any work that grows with n
     parts = schedule_or_parts if isinstance(schedule_or_parts, Parts) else parts_of(schedule_or_parts)
     rep = parts.repetend
     if n < 1:
