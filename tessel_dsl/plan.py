@@ -27,8 +27,8 @@ VERSION = 1
 class SearchInfo:
     """How the schedule was found and what of it is proven.
 
-    `period_proven`: `period` is the smallest of any repetend that holds each block at most
-    `copies` times (over every N_R the search allows). `proven`: that, and no budget or time limit
+    `period_proven`: `period` (per micro-batch: `period / repetend_copies`) is the smallest of
+    any repetend that holds each block at most `copies` times (over every N_R the search allows). `proven`: that, and no budget or time limit
     cut any solve of the search short (the note says which did). `makespan_bound` is a lower bound
     on the makespan for this N (`search/bounds.py`); the makespan is optimal when it reaches it.
     """
@@ -46,6 +46,9 @@ class SearchInfo:
     period_proven: bool = False
     copies: int = 1
     makespan_bound: int = 0
+    # The chosen repetend holds each block this many times; `period` then covers that many
+    # micro-batches (such a schedule keeps no repetend for re-extension).
+    repetend_copies: int = 1
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,7 @@ def _check_search(info) -> None:
     for name in ("lower_bound", "period", "nr", "candidates_tried", "candidates_pruned", "makespan_bound"):
         _int(getattr(info, name), f"search.{name}", 0, MAX_QUANTITY)
     _int(info.copies, "search.copies", 1, MAX_QUANTITY)
+    _int(info.repetend_copies, "search.repetend_copies", 1, MAX_QUANTITY)
 
 
 def _check_schedule(spec: Spec, schedule: Schedule) -> None:

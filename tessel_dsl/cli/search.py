@@ -34,12 +34,15 @@ def in_memory(s: dict, units: int) -> str:
 def summary(spec, plan) -> dict:
     """The numbers `tessel search` reports, as plain data (the `--json` output)."""
     info, sched = plan.search, plan.schedule
-    gap = (info.period - info.lower_bound) / info.lower_bound if info.lower_bound and info.period else 0.0
+    per_mb = info.period / info.repetend_copies
+    gap = (per_mb - info.lower_bound) / info.lower_bound if info.lower_bound and info.period else 0.0
     return {
         "spec": spec.name,
         "mode": spec.mode.value,
         "microbatches": sched.microbatches,
         "period": info.period,
+        "repetend_copies": info.repetend_copies,
+        "period_per_microbatch": per_mb,
         "lower_bound": info.lower_bound,
         "gap": round(gap, 6),
         "nr": info.nr,
@@ -69,7 +72,10 @@ def _period(s: dict) -> str:
     if not s["period"]:
         return "- (no repetend; solved directly)"
     verdict = "[green]optimal[/]" if s["gap"] == 0 else f"[yellow]{s['gap'] * 100:.1f}% above[/]"
-    return f"{in_time(s, s['period'])}  (lower bound {in_time(s, s['lower_bound'])}: {verdict})"
+    period = in_time(s, s["period"])
+    if s["repetend_copies"] > 1:
+        period += f" for {s['repetend_copies']} micro-batches ({s['period_per_microbatch']:g} each)"
+    return f"{period}  (lower bound {in_time(s, s['lower_bound'])}: {verdict})"
 
 
 def _makespan(s: dict) -> str:

@@ -286,6 +286,50 @@ def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock,
     return sched, notes
 
 
+MAX_COPIES = 2           # repetends holding each block up to this many times are tried ...
+COPIES_MAX_BLOCKS = 24   # ... while the unrolled spec has at most this many blocks (effort grows fast)
+
+
+def _with_copies(spec: Spec, n: int, result: SearchResult, *, solver: str, method: str, clock: _Clock,
+                 progress: Callable[[Progress], None] | None) -> SearchResult:
+    """Try repetends holding each block k = 2 .. MAX_COPIES times (`copies.py`) when the one-copy
+    period is above the lower bound (at the bound no k can do better per micro-batch); keep the
+    schedule with the shortest makespan for this N (ties keep the one-copy schedule, which the
+    plan can re-extend to other N)."""
+    from tessel_dsl.search.copies import fold, unroll
+
+    info = result.info
+    if info.method == "direct" or method != "modulo" or info.period <= info.lower_bound:
+        return result
+    best, span = result, result.schedule.makespan(spec)
+    proven_all, tried, per_mb = info.period_proven, 1, float(info.period)
+    for k in range(2, MAX_COPIES + 1):
+        left = clock.left()
+        if len(spec.blocks) * k > COPIES_MAX_BLOCKS or (left is not None and left <= 0):
+            break
+        r = _search(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock, progress=progress)
+        if r.info.method == "direct":
+            break
+        tried, proven_all = k, proven_all and r.info.period_proven
+        sched = fold(spec, r.schedule, k, n)
+        validate(spec, sched)
+        if sched.makespan(spec) < span and r.info.period / k < per_mb:
+            u = clock.unit
+            note = (f"a repetend holding each block {k} times (period {r.info.period * u} for {k} micro-batches, "
+                    f"{r.info.period * u / k:g} each) beats the one-copy repetend (period {info.period * u}): "
+                    f"makespan {sched.makespan(spec) * u} against {span * u}; such a plan does not re-extend "
+                    "to another N (search again)")
+            best = SearchResult(sched, replace(r.info, lower_bound=info.lower_bound, nr=r.info.nr * k,
+                                               repetend_copies=k,
+                                               note="; ".join(x for x in (note, r.info.note) if x)))
+            span, per_mb = sched.makespan(spec), r.info.period / k
+    out = best.info
+    period_proven = proven_all
+    return SearchResult(best.schedule, replace(
+        out, copies=tried, period_proven=period_proven, proven=period_proven and out.proven,
+        makespan_bound=makespan_bound(spec, n)))
+
+
 def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto", method: str = "auto",
            time_limit: float | None = None, progress: Callable[[Progress], None] | None = None) -> SearchResult:
     """Search a Tessel schedule for `spec` and extend it to `microbatches` (default: the spec's N).
@@ -299,8 +343,9 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     solver = resolve(solver)
     method = DEFAULT_METHOD if method == "auto" else method
     unit = time_unit(spec)
-    result = _search(divide_spec(spec, unit), n, solver=solver, method=method,
-                     clock=_Clock(time_limit, unit), progress=progress)
+    base, clock = divide_spec(spec, unit), _Clock(time_limit, unit)
+    result = _search(base, n, solver=solver, method=method, clock=clock, progress=progress)
+    result = _with_copies(base, n, result, solver=solver, method=method, clock=clock, progress=progress)
     info = result.info
     info = replace(info, lower_bound=info.lower_bound * unit, period=info.period * unit,
                    makespan_bound=info.makespan_bound * unit)
