@@ -2,6 +2,7 @@
 
     python bench/fuzz.py --specs 10000 --plans 1000          # the table in bench/RESULTS.md
     python bench/fuzz.py --specs 200 --plans 100 --json      # what tests/test_fuzz_bench.py runs
+    python bench/fuzz.py --scaling                           # CPU time of checking 8k-100k blocks
 
 Every input is generated from (seed, index) alone, so a reported index reproduces with
 ``--only spec:INDEX`` (or ``plan:INDEX``), which prints the input and what happened.
@@ -375,6 +376,34 @@ def table(res: dict) -> str:
     return "\n".join(rows)
 
 
+def scaling(sizes=(8_000, 20_000, 100_000)) -> str:
+    """CPU time of parse + check + `tessel check`'s summary for wide specs (every block ready at
+    once, which made the dependency order quadratic) and chains, at growing block counts."""
+    from tessel_dsl.cli.check import summarize
+    from tessel_dsl.lang.parser import parse
+
+    shapes = {
+        "independent forwards": lambda n: f"placement w\ndevices 8\nmemory 1\nfor i in 0..{n - 1}:\n"
+                                          f"  forward F{{i}} on 0 time 1\n",
+        "fan-out from one block": lambda n: f"placement f\ndevices 8\nmemory 1\nforward S on 0 time 1\n"
+                                            f"for i in 0..{n - 2}:\n  forward F{{i}} on 1 time 1\n  S -> F{{i}}\n",
+        "chain + derived backward": lambda n: f"placement c\ndevices 8\nmemory {n}\nfor i in 0..{n // 2 - 1}:\n"
+                                              f"  forward F{{i}} on 0 time 1 memory 1\n"
+                                              f"for i in 0..{n // 2 - 2}:\n  F{{i}} -> F{{i+1}}\nderive backward\n",
+    }
+    rows = ["| spec | " + " | ".join(f"{n:,} blocks" for n in sizes) + " |",
+            "|---|" + "---:|" * len(sizes)]
+    for name, make in shapes.items():
+        cells = []
+        for n in sizes:
+            text = make(n)
+            t0 = time.process_time()
+            summarize(parse(text))
+            cells.append(f"{time.process_time() - t0:.2f} s")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--specs", type=int, default=10_000)
@@ -383,7 +412,11 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=10.0, help="seconds of CPU per input")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", help="KIND:INDEX: print that input and run it here")
+    ap.add_argument("--scaling", action="store_true", help="CPU time of checking large specs instead")
     args = ap.parse_args()
+    if args.scaling:
+        print(scaling())
+        return
     if args.only:
         kind, _, index = args.only.partition(":")
         inp = make_input(kind, args.seed, int(index))

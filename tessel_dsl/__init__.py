@@ -19,6 +19,7 @@ parse, parse_file      .tsl text or file -> `Spec` (``sets=`` overrides paramete
 check                  semantic checks of a parsed spec
 search                 the Tessel search (repetend + completion) for N micro-batches
 validate               independent check of a schedule against its spec
+validate_plan          every check a loaded plan gets: spec, schedule, programs
 lower                  schedule -> one `Program` (compute + send/recv) per device
 make_plan              validate + lower + bundle as a `Plan`
 save_plan, load_plan   versioned JSON plan files (atomic writes)
@@ -89,6 +90,7 @@ _LAZY = {
     "search": "tessel_dsl.search.driver",
     "lower": "tessel_dsl.lower",
     "validate": "tessel_dsl.validate",
+    "validate_plan": "tessel_dsl.plan_check",
     "load_plan": "tessel_dsl.plan",
     "save_plan": "tessel_dsl.plan",
     "make_plan": "tessel_dsl.plan",

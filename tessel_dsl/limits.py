@@ -22,7 +22,7 @@ MAX_PLAN_BYTES = 256 * 1024 * 1024
 # (iterations + uses + edges) has one budget for the whole evaluation, and numbers are bounded
 # before any arithmetic. The parser's cost grows faster than linearly with the length of one
 # statement, so a statement (one line, or several joined inside brackets) is bounded too.
-MAX_EXPANSION = 1_000_000
+MAX_EXPANSION = 500_000
 MAX_NUMBER = 10 ** 15
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 MAX_STATEMENT_CHARS = 64 * 1024

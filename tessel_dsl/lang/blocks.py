@@ -122,7 +122,8 @@ def expand_edges(ev: "Evaluator", s: A.Edges, env) -> None:
                 raise ev.error("empty-group", f"`{node.var} in {lo}..{hi}` is empty", node.loc)
             if hi - lo > 100_000:
                 raise ev.error("too-large", f"`{node.var} in {lo}..{hi}` is far too large", node.loc)
-            ev.spend(hi - lo + 1, f"`{node.var} in {lo}..{hi}`", node.loc)
+            # Each name is rendered, and a `chain(...)` also adds an edge per name.
+            ev.spend((hi - lo + 1) * (2 if node.sequence else 1), f"`{node.var} in {lo}..{hi}`", node.loc)
             items = [(ev.render(node.name, {node.var: i, **env}), node.name.loc) for i in range(lo, hi + 1)]
             if node.sequence:
                 for (a, _), (b, loc) in zip(items, items[1:]):

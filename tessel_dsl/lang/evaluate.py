@@ -131,7 +131,7 @@ class Evaluator(Values):
         """Charge `n` units of expansion (loop iterations, shape uses, edges) to the budget."""
         self._budget -= n
         if self._budget < 0:
-            self.error("too-large", f"{what} goes over the expansion budget: loops, shape uses and "
+            self.error("too-large", f"expansion budget exceeded at {what}: loops, shape uses and "
                        f"edges may expand to at most {MAX_EXPANSION} items in all", loc)
             raise _Stop()
 
