@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tessel_dsl.interop.profile import spec_to_tsl
-from tessel_dsl.ir import DTYPE_BYTES, Block, Edge, Expectation, Kind, Link, Mode, Spec, Tensor
+from tessel_dsl.ir import DTYPE_BYTES, Block, Edge, Expectation, Kind, Link, Mode, Spec, Tensor, Units
 from tessel_dsl.lang.options import BLOCK_FIELDS
 from tessel_dsl.lang.parser import parse
 
@@ -31,6 +31,25 @@ def test_every_block_field_is_structural_or_a_table_option():
     # A Block field the option table does not know would be dropped by the writer.
     fields = {f.name for f in dataclasses.fields(Block)}
     assert fields == STRUCTURAL | {o.field for o in BLOCK_FIELDS}
+
+
+# The IR fields the tests below cover: `specs()` draws them (mode is train there; infer is the
+# projection test's; params is the writer's own `param N`). A new IR field fails this test until
+# the generator draws it too, and then the writer and the parser must carry it.
+GENERATED = {
+    Spec: {"name", "devices", "memory", "blocks", "edges", "microbatches", "mode", "expectations", "units",
+           "link", "params"},
+    Edge: {"src", "dst", "tensor"},
+    Tensor: {"shape", "dtype"},
+    Link: {"latency", "bandwidth"},
+    Units: {"time_seconds", "time_label", "memory_bytes", "memory_label"},
+    Expectation: {"metric", "op", "value", "microbatches"},
+}
+
+
+def test_the_generator_covers_every_ir_field():
+    for cls, drawn in GENERATED.items():
+        assert {f.name for f in dataclasses.fields(cls) if f.compare} == drawn, cls.__name__
 
 
 @st.composite
