@@ -245,6 +245,7 @@ class Pipeline:
             self._prime()
         with self._loss_parallel():
             result = self.runner.step(self.iteration, collect=True)
+        self.timings = result.timings
         self.iteration += 1
         self._reduce_grads()
         sink = self.chain[-1]
@@ -286,6 +287,18 @@ class Pipeline:
         return pytree.tree_unflatten(vals, leaves.spec)
 
     __call__ = forward
+
+    def write_trace(self, path: str | os.PathLike) -> None:
+        """Chrome/Perfetto trace of the last step of replica 0, one row per plan device, written by
+        rank 0; all ranks call it. Each rank's times count from its own start of the step."""
+        from tessel_dsl.executor.trace import write_trace
+
+        mine = [(self.pp_rank, a, s, e) for a, s, e in getattr(self, "timings", [])] if self.replica == 0 else []
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+        if self.rank == 0:
+            write_trace(path, [e for part in every for e in part], f"{self.plan.spec.name} ({self.plan.schedule.name})")
+        dist.barrier()
 
     # -- one step ---------------------------------------------------------------------------
     def _prepare(self, inputs, target: tuple) -> None:
