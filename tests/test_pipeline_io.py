@@ -58,3 +58,21 @@ def test_names_that_do_not_match_the_model_fail_before_any_process_group(change,
     with pytest.raises(ExecutionError, match=message):
         Pipeline(plan, ps.gpt(), ps.gpt_loss, blocks=blocks)
     assert not torch.distributed.is_initialized()
+
+
+def test_the_training_example_runs_and_writes_a_trace(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, str(root / "examples" / "train_gpt.py"), "--steps", "3", "--hidden", "32", "--layers", "2",
+           "--seq", "16", "--rows", "2", "--trace", str(tmp_path / "t.json")]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "step 3/3" in out.stdout and "mean loss of the first 1 steps" in out.stdout
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert {e["tid"] for e in events if e.get("ph") == "X"} == {0, 1}
