@@ -37,12 +37,9 @@ def test_gpt_mshape_two_ranks_from_meta_device():
     assert "embed.weight" not in got[1]["meta"]
 
 
-def test_gpt_mshape_two_by_two_data_parallel():
-    plan = ps.searched_plan(ps.mshape(2, N))
-    check(plan, ps.gpt, ps.gpt_loss, blocks_by_name(plan.spec, 4), 512, replicas=2)
-
-
 def test_gpt_mshape_with_dtensor_sharded_embedding_and_head_two_by_two():
+    # Data parallel x pipeline x tensor parallel: the gradients of sharded (E, H) and plain
+    # (stage) parameters are both averaged over the replicas.
     plan = ps.searched_plan(ps.shapes.mshape(2, microbatches=N, head=True))
     got = check(plan, ps.gpt, ps.gpt_loss, blocks_by_name(plan.spec, 4), 512, replicas=2, tp=ps.gpt_tp)
     for r in got:  # each of a replica's two ranks holds half of the vocabulary's rows
