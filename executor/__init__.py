@@ -32,9 +32,9 @@ def run(plan: Plan | str | os.PathLike, model, *, nproc: int | None = None, back
     iteration's losses and sink outputs, `grads` its parameter gradients (for checks against a
     single-process run). `replicas` > 1 runs that many data-parallel copies of the plan on
     devices x replicas ranks, replica k on micro-batches k*N .. k*N+N-1, gradients averaged over
-    the replicas after each iteration (the report shows replica 0). `blocking`, when given, must match how the plan was lowered. A failing or
-    stalled rank raises ExecutionError naming the rank, the step and the action, within `timeout`
-    seconds of the last progress.
+    the replicas after each iteration (the report shows replica 0). `blocking`, when given, must
+    match how the plan was lowered. A failing or stalled rank raises ExecutionError naming the
+    rank, the step and the action, within `timeout` seconds of the last progress.
     """
     from tessel_dsl.executor.launch import Options, load, spawn
 
