@@ -46,7 +46,7 @@ class Pipeline:
     """This rank's part of `model` under `plan` (see the module docstring).
 
     `blocks` maps every forward block of the spec to submodule names of `model`, in the order the
-    forward calls them. `model` may be built on the meta device: then `init(fqn, module)` is
+    forward calls them (or names a JSON file holding that mapping, kept beside the spec). `model` may be built on the meta device: then `init(fqn, module)` is
     called for each local submodule after it is allocated on this rank's device (and for
     submodules outside every block that hold buffers), to fill in its weights. `replicas` (or a
     2-D `mesh` named ``("dp", "pp")``) sets data parallelism; by default every rank the world has
@@ -54,7 +54,7 @@ class Pipeline:
     """
 
     def __init__(self, plan: Plan | str | os.PathLike, model: nn.Module, loss_fn: Callable | None = None, *,
-                 blocks: dict[str, list[str]], replicas: int | None = None, mesh=None,
+                 blocks: dict[str, list[str]] | str | os.PathLike, replicas: int | None = None, mesh=None,
                  device: torch.device | str | None = None, init: Callable[[str, nn.Module], None] | None = None,
                  tp: dict[str, dict[str, Any]] | None = None, timeout: float = 300.0):
         from tessel_dsl.executor.launch import check_plan, load
@@ -67,6 +67,8 @@ class Pipeline:
             raise ExecutionError("a training plan needs loss_fn(output, *target)")
         self.loss_fn = loss_fn if self.train else None
         self.chain = _chain(spec)
+        if isinstance(blocks, (str, os.PathLike)):
+            blocks = read_blocks(blocks)
         self.blocks = {b: list(f) for b, f in blocks.items()}
         _check_blocks(spec, model, self.chain, self.blocks)
         self.tp = {b: dict(p) for b, p in (tp or {}).items()}
@@ -454,6 +456,23 @@ class _BlockModule(nn.Module):
         out = pipe.binding.run_block(self.block, pipe.trace, tuple(received), args, kwargs,
                                      pipe.loss_fn if last else None, target)
         return out
+
+
+def read_blocks(path: str | os.PathLike) -> dict[str, list[str]]:
+    """A block -> submodule names mapping from a JSON file; errors name file:line:col."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ExecutionError(f"{path}: cannot read the block mapping ({e.strerror or e})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ExecutionError(f"{path}:{e.lineno}:{e.colno}: {e.msg}") from None
+    if not isinstance(doc, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(f, str) for f in v) for k, v in doc.items()):
+        raise ExecutionError(f"{path}: expected an object of block name -> list of submodule names, "
+                             f'such as {{"F0": ["layers.0", "layers.1"]}}')
+    return doc
 
 
 def _chain(spec) -> list[str]:

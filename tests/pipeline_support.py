@@ -176,3 +176,11 @@ def bad_world(plan, blocks, replicas: int):
     from tessel_dsl.executor.pipeline import Pipeline
 
     return Pipeline(plan, gpt(), gpt_loss, blocks=blocks, replicas=replicas)
+
+
+def inferred(plan, blocks, x):
+    """The output of an inference plan's `forward` on this rank (None off the last block)."""
+    from tessel_dsl.executor.pipeline import Pipeline
+
+    pipe = Pipeline(plan, gpt(), blocks=blocks)
+    return pipe.forward(x)

@@ -52,3 +52,17 @@ def test_hugging_face_llama(shape):
     pytest.importorskip("transformers")
     plan = ps.searched_plan(getattr(ps, shape)(2, N))
     check(plan, ps.llama, ps.llama_loss, ps.llama_blocks(plan.spec), ps.LLAMA["vocab_size"])
+
+
+def test_an_inference_plan_returns_the_models_output_on_the_last_blocks_rank():
+    from tessel_dsl.ir import Mode
+
+    from .executor_support import plan_for
+
+    spec = ps.shapes.vshape(2, mode=Mode.INFER, microbatches=N)
+    x, _ = ps.batches(512, 1, ROWS * N, SEQ)[0]
+    got = run_ranks(ps.inferred, 2, plan_for(spec, "gpipe", N), blocks_by_name(spec, 4), x)
+    with torch.no_grad():
+        want = ps.gpt()(x)
+    assert got[0] is None and got[1].shape == want.shape
+    assert float((got[1] - want).norm() / want.norm()) <= 1e-5

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
-from tessel_dsl.executor.pipeline import Pipeline  # noqa: E402
+from tessel_dsl.executor.pipeline import Pipeline, read_blocks  # noqa: E402
 from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
 
 from . import pipeline_support as ps  # noqa: E402
@@ -76,3 +76,31 @@ def test_the_training_example_runs_and_writes_a_trace(tmp_path):
     assert "step 3/3" in out.stdout and "mean loss of the first 1 steps" in out.stdout
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert {e["tid"] for e in events if e.get("ph") == "X"} == {0, 1}
+
+
+def test_a_mapping_file_beside_the_spec_and_its_errors(tmp_path):
+    import json
+
+    plan = plan_for(ps.mshape(2, 4), "1f1b+", 4)
+    good = tmp_path / "blocks.json"
+    good.write_text(json.dumps(blocks_by_name(plan.spec, 4)))
+    bad = dict(blocks_by_name(plan.spec, 4), F0=["layers.0", "layers.7"])
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ExecutionError, match="no submodule 'layers.7'"):
+        Pipeline(plan, ps.gpt(), ps.gpt_loss, blocks=tmp_path / "bad.json")
+    (tmp_path / "broken.json").write_text('{"E": ["embed",\n  ]}')
+    with pytest.raises(ExecutionError, match=r"broken.json:2:3: "):
+        Pipeline(plan, ps.gpt(), ps.gpt_loss, blocks=tmp_path / "broken.json")
+    (tmp_path / "list.json").write_text('["embed"]')
+    with pytest.raises(ExecutionError, match="expected an object of block name"):
+        Pipeline(plan, ps.gpt(), ps.gpt_loss, blocks=tmp_path / "list.json")
+    assert not torch.distributed.is_initialized()
+    assert read_blocks(good) == blocks_by_name(plan.spec, 4)
+
+
+def test_placements_that_are_not_one_chain_need_a_factory():
+    from tessel_dsl.executor.models import shapes
+
+    plan = plan_for(shapes.kshape(2, microbatches=2), "gpipe", 2)
+    with pytest.raises(ExecutionError, match=r"must form one chain; 'F1' takes \[\], not just 'F0'"):
+        Pipeline(plan, ps.gpt(), ps.gpt_loss, blocks={})
