@@ -135,6 +135,12 @@ class Binding:
                 with torch.enable_grad():
                     out = functional_call(self.model, state, fargs, fkwargs, strict=False, tie_weights=False)
                     loss = loss_fn(out, *ftarget) if loss_fn is not None else None
+            except ExecutionError:
+                raise
+            except Exception as e:  # the user's forward or loss, run on fake tensors
+                raise ExecutionError(f"the model's forward (or loss_fn) failed on a micro-batch of this shape, "
+                                     f"run on fake tensors to find what each block passes on: "
+                                     f"{type(e).__name__}: {e}") from e
             finally:
                 _ACTIVE.run = None
             trace = Trace(rec.outputs, rec.entries, rec.order, _flatten(out))

@@ -46,9 +46,10 @@ class Pipeline:
     """This rank's part of `model` under `plan` (see the module docstring).
 
     `blocks` maps every forward block of the spec to submodule names of `model`, in the order the
-    forward calls them (or names a JSON file holding that mapping, kept beside the spec). `model` may be built on the meta device: then `init(fqn, module)` is
-    called for each local submodule after it is allocated on this rank's device (and for
-    submodules outside every block that hold buffers), to fill in its weights. `replicas` (or a
+    forward calls them (or names a JSON file holding that mapping, kept beside the spec). `model`
+    may be built on the meta device: then `init(fqn, module)` is called for each local submodule
+    after it is allocated on this rank's device (and for submodules outside every block that hold
+    buffers), to fill in its weights. `tp` gives DTensor plans for multi-device blocks. `replicas` (or a
     2-D `mesh` named ``("dp", "pp")``) sets data parallelism; by default every rank the world has
     beyond the plan's devices is a replica.
     """

@@ -164,12 +164,12 @@ def checkpointed(plan, blocks, data, path, save_after: int | None = None, load: 
     return losses
 
 
-def bad_batch(plan, blocks, rows: int):
+def bad_batch(plan, blocks, rows: int, label_len: int = 8):
     from tessel_dsl.executor.pipeline import Pipeline
 
     pipe = Pipeline(plan, gpt(), gpt_loss, blocks=blocks)
     x, y = batches(512, 1, rows, 8)[0]
-    return pipe.step(x, y)
+    return pipe.step(x, y[:, :label_len])
 
 
 def bad_world(plan, blocks, replicas: int):

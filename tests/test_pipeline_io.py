@@ -39,6 +39,12 @@ def test_a_batch_that_does_not_split_into_n_micro_batches_fails_before_running()
         run_ranks(ps.bad_batch, 2, plan, blocks_by_name(plan.spec, 4), 6)
 
 
+def test_a_target_the_loss_cannot_take_fails_in_the_fake_run_before_any_block_runs():
+    plan = plan_for(ps.mshape(2, 4), "1f1b+", 4)
+    with pytest.raises(ExecutionError, match=r"loss_fn\) failed on a micro-batch of this shape.*ValueError"):
+        run_ranks(ps.bad_batch, 2, plan, blocks_by_name(plan.spec, 4), 8, 5)
+
+
 def test_devices_times_replicas_must_be_the_world():
     plan = plan_for(ps.mshape(2, 4), "1f1b+", 4)
     with pytest.raises(ExecutionError, match=r"2 devices x 2 replicas = 4 ranks, but the world has 2"):
