@@ -66,7 +66,7 @@ def test_names_that_do_not_match_the_model_fail_before_any_process_group(change,
     assert not torch.distributed.is_initialized()
 
 
-def test_the_training_example_runs_and_writes_a_trace(tmp_path):
+def test_the_training_example_runs_under_torchrun_and_writes_a_trace(tmp_path):
     import json
     import os
     import subprocess
@@ -74,7 +74,9 @@ def test_the_training_example_runs_and_writes_a_trace(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    cmd = [sys.executable, str(root / "examples" / "train_gpt.py"), "--steps", "3", "--hidden", "32", "--layers", "2",
+    # torchrun starts the ranks here; the other tests start them with run_ranks.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(root / "examples" / "train_gpt.py"), "--steps", "3", "--hidden", "32", "--layers", "2",
            "--seq", "16", "--rows", "2", "--trace", str(tmp_path / "t.json")]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
