@@ -145,20 +145,23 @@ def vshape(devices: int, n: int):
 
 
 
-def checkpointed(plan, blocks, data, path, save_after: int | None = None, load: bool = False, seed: int = 0) -> list:
-    """GPT ranks: optionally resume from `path`, train on `data` (from the checkpoint's step),
-    optionally save after `save_after` steps and stop; returns the losses of the steps run."""
+def checkpointed(plan, blocks, data, path, save_after: int | None = None, load: bool = False, seed: int = 0,
+                 replicas: int = 1) -> list:
+    """GPT ranks (E and H sharded when the plan has them): optionally resume from `path`, train on
+    `data` (from the checkpoint's step), optionally save after `save_after` steps and go on;
+    returns the losses of the steps run."""
     from tessel_dsl.executor.pipeline import Pipeline
 
-    pipe = Pipeline(plan, gpt(seed=seed), gpt_loss, blocks=blocks)
-    opt = optimizer(pipe.parameters())
+    tp = gpt_tp() if "H" in plan.spec.by_name else None
+    pipe = Pipeline(plan, gpt(seed=seed), gpt_loss, blocks=blocks, replicas=replicas, tp=tp)
+    opt = optimizer(pipe.param_groups())
     start = pipe.load(path, opt) if load else 0
     losses = []
     for i, (x, y) in enumerate(data[start:], start):
         if save_after is not None and i == save_after:
             pipe.save(path, opt, step=i)
-            break
-        losses.append(pipe.step(x, y))
+        k = pipe.replica
+        losses.append(pipe.step(x.chunk(replicas)[k], y.chunk(replicas)[k]))
         opt.step()
         opt.zero_grad()
     return losses
