@@ -16,7 +16,8 @@ replicas that hold it. Every rank of a replica must be given the same batch (eac
 The step runs exactly the plan's program of this rank with `RankRunner`: the loss block's backward
 is seeded with 1/N, so the gradients equal those of the mean loss over the N micro-batches, as one
 process accumulating over the same micro-batches would get them. A multi-device block is run whole
-on each of its devices (replicated parameters, identical gradients on every copy).
+on each of its devices (replicated parameters, identical gradients on every copy) unless `tp` gives
+it a DTensor plan, which shards it over those devices.
 """
 from __future__ import annotations
 
@@ -235,9 +236,9 @@ class Pipeline:
         return [g for g in ({"params": plain}, {"params": sharded}) if g["params"]]
 
     def step(self, inputs, target=None) -> float:
-        """One training step over the plan's N micro-batches; returns the mean loss (over
-        micro-batches and replicas) on every rank. Gradients accumulate into ``.grad``; the
-        optimizer step is yours."""
+        """One training step over the plan's N micro-batches of `inputs` and `target` (or of one
+        ``(inputs, target)`` pair); returns the mean loss (over micro-batches and replicas) on
+        every rank. Gradients accumulate into ``.grad``; the optimizer step is yours."""
         if not self.train:
             raise ExecutionError("this plan is for inference: use forward(inputs)")
         if target is None and isinstance(inputs, (tuple, list)) and len(inputs) == 2:
@@ -279,6 +280,7 @@ class Pipeline:
         if not self._primed:
             self._prime()
         result = self.runner.step(self.iteration, collect=True)
+        self.timings = result.timings
         self.iteration += 1
         sink = self.chain[-1]
         if self.pp_rank not in self.plan.spec.block(sink).devices:
