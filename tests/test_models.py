@@ -20,7 +20,9 @@ TRAIN = [
     ("tessel_dsl.executor.models.gpt", lambda d, **kw: shapes.mshape(d, head=True, **kw), {}, "1f1b+"),
     ("tessel_dsl.executor.models.encdec", shapes.nnshape, {}, "1f1b+"),
     ("tessel_dsl.executor.models.encdec", shapes.vshape, {}, "1f1b"),
-    ("tessel_dsl.executor.models.branches", shapes.kshape, {}, "gpipe"),
+    # GPipe keeps all 4 micro-batches' activations (a stage's unit and J's unit each): 8 units on a
+    # device, and a plan must fit its spec's memory to be run.
+    ("tessel_dsl.executor.models.branches", lambda d, **kw: shapes.kshape(d, memory=8, **kw), {}, "gpipe"),
     ("tessel_dsl.executor.models.branches", shapes.vshape, {}, "1f1b"),
 ]
 INFER = [
