@@ -39,6 +39,7 @@ def validate_plan(plan, origin: str = "plan"):
         check_spec(plan.spec)
         _check_search(plan.search)
         _check_schedule(plan.spec, plan.schedule)
+        _check_search_vs_schedule(plan.search, plan.schedule)
         check_programs(plan.spec, plan.schedule, plan.programs)
         _check_peak(plan)
     except PlanError as e:
@@ -182,12 +183,27 @@ def _check_schedule(spec: Spec, schedule: Schedule) -> None:
             _int(s.start, f"schedule.repetend slot {s.block}:{s.mb} start", 0, MAX_QUANTITY)
             _int(s.mb, f"schedule.repetend slot {s.block}:{s.mb} micro-batch offset", 0, rep.nr - 1)
         span = max(n, rep.nr)
+    slots = set(schedule.slots)
     for part in ("warmup", "cooldown"):
         for s in getattr(schedule, part):
             if s.block not in spec.by_name or type(s.mb) is not int or not 0 <= s.mb < span:
                 raise PlanError(f"schedule.{part}: {s.block}:{s.mb} is not a block instance of the schedule")
+            # For N >= N_R the phases are slots of the schedule itself (re-extension reads them).
+            if rep is not None and n >= rep.nr and s not in slots:
+                raise PlanError(f"schedule.{part}: {s.block}:{s.mb} at t={s.start} is not a slot of the schedule")
     if schedule.repetend_start is not None:
         _int(schedule.repetend_start, "schedule.repetend_start", 0, MAX_QUANTITY)
+
+
+def _check_search_vs_schedule(info, schedule: Schedule) -> None:
+    """What the plan says the search found matches the repetend it stores (reports show both)."""
+    rep = schedule.repetend
+    if rep is None:
+        return
+    if info.period and info.period != rep.period:
+        raise PlanError(f"search.period {info.period} differs from the repetend's period {rep.period}")
+    if info.nr and info.nr != rep.nr:
+        raise PlanError(f"search.nr {info.nr} differs from the repetend's {rep.nr} micro-batches")
 
 
 def check_programs(spec: Spec, schedule: Schedule, programs: tuple[Program, ...]) -> None:

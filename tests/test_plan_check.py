@@ -105,6 +105,27 @@ def load_plan_from(tmp_path, data) -> Plan:
     return load_plan(path)
 
 
+def test_repetend_metadata_must_match_the_search_and_the_slots(tmp_path):
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.plan import plan_to_json
+    from tessel_dsl.search.driver import search
+
+    from .test_cli_simulate import SPECS
+
+    spec = parse_file(SPECS / "vshape.tsl")
+    res = search(spec, microbatches=8)
+    good = plan_to_json(make_plan(spec, res.schedule, res.info))
+    load_plan_from(tmp_path, good)
+    bad = json.loads(json.dumps(good))
+    bad["schedule"]["repetend"]["period"] = 10 ** 9  # would be reported as the planned period
+    with pytest.raises(PlanError, match="differs from the repetend's period"):
+        load_plan_from(tmp_path, bad)
+    bad = json.loads(json.dumps(good))
+    bad["schedule"]["cooldown"][0]["start"] += 1
+    with pytest.raises(PlanError, match="is not a slot of the schedule"):
+        load_plan_from(tmp_path, bad)
+
+
 def test_blocking_plan_with_a_wait_is_refused(tmp_path):
     data = _data(blocking=True)
     load_plan_from(tmp_path, data)
