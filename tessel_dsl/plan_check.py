@@ -39,7 +39,7 @@ def validate_plan(plan, origin: str = "plan"):
         check_spec(plan.spec)
         _check_search(plan.search)
         _check_schedule(plan.spec, plan.schedule)
-        _check_search_vs_schedule(plan.search, plan.schedule)
+        _check_search_vs_schedule(plan.search, plan.spec, plan.schedule)
         check_programs(plan.spec, plan.schedule, plan.programs)
         _check_peak(plan)
     except PlanError as e:
@@ -195,8 +195,13 @@ def _check_schedule(spec: Spec, schedule: Schedule) -> None:
         _int(schedule.repetend_start, "schedule.repetend_start", 0, MAX_QUANTITY)
 
 
-def _check_search_vs_schedule(info, schedule: Schedule) -> None:
+def _check_search_vs_schedule(info, spec: Spec, schedule: Schedule) -> None:
     """What the plan says the search found matches the repetend it stores (reports show both)."""
+    from tessel_dsl.analysis import lower_bound
+
+    if info.lower_bound and info.lower_bound != lower_bound(spec):
+        raise PlanError(f"search.lower_bound {info.lower_bound} differs from the spec's lower bound "
+                        f"{lower_bound(spec)}")
     rep = schedule.repetend
     if rep is None:
         return

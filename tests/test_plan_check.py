@@ -121,6 +121,10 @@ def test_repetend_metadata_must_match_the_search_and_the_slots(tmp_path):
     with pytest.raises(PlanError, match="differs from the repetend's period"):
         load_plan_from(tmp_path, bad)
     bad = json.loads(json.dumps(good))
+    bad["search"]["lower_bound"] += 1
+    with pytest.raises(PlanError, match="differs from the spec's lower bound"):
+        load_plan_from(tmp_path, bad)
+    bad = json.loads(json.dumps(good))
     bad["schedule"]["cooldown"][0]["start"] += 1
     with pytest.raises(PlanError, match="is not a slot of the schedule"):
         load_plan_from(tmp_path, bad)
