@@ -239,7 +239,7 @@ DEVICE_COLUMNS: tuple[DeviceColumn, ...] = (
     DeviceColumn("device", lambda r, i: str(i)),
     DeviceColumn("busy ({tu})", lambda r, i: _t(r, r.busy[i])),
     DeviceColumn("bubble", lambda r, i: _pct(r.bubble_per_device[i])),
-    DeviceColumn("peak mem ({mu})", _peak_cell),
+    DeviceColumn("peak mem", _peak_cell),
     DeviceColumn("waiting for data ({tu})", lambda r, i: _t(r, r.wait_per_device[i])),
     DeviceColumn("waiting for peers ({tu})", lambda r, i: _t(r, r.peer_wait_per_device[i])),
 )
