@@ -78,7 +78,14 @@ def kshape(d=4, n=6, m=6, infer=False) -> Spec:
     return _spec("kshape", d, m, blocks, edges, n, infer)
 
 
+def interleaved(d=4, n=4, m=None, infer=False, chunks=2) -> Spec:
+    devs = [i for _ in range(chunks) for i in range(d)]
+    fw, bw = _stages(len(devs), devs)
+    return _spec("interleaved", d, 2 * d if m is None else m, fw + bw, _seq([b.name for b in fw + bw[::-1]]), n, infer)
+
+
 APPLICABLE = {
+    interleaved: ("gpipe", "interleaved-1f1b"),
     vshape: ("gpipe", "1f1b", "1f1b+"),
     xshape: ("gpipe", "chimera"),
     mshape: ("gpipe", "1f1b+"),
@@ -317,3 +324,22 @@ def test_gpipe_runs_forwards_in_micro_batch_order():
     order = _device_order(spec, build(spec, "gpipe"), 0)
     assert order[:6] == [("F0_0", 0), ("F2_0", 0), ("F0_0", 1), ("F2_0", 1), ("F0_0", 2), ("F2_0", 2)]
     assert order[6:] == [("B2_0", 0), ("B0_0", 0), ("B2_0", 1), ("B0_0", 1), ("B2_0", 2), ("B0_0", 2)]
+
+
+def test_interleaved_1f1b_is_megatrons_order_and_reaches_the_bound_with_memory():
+    # D=4, 2 chunks, enough memory: device 0 starts with (4-0-1)*2 + (2-1)*4 = 10 forwards, the
+    # first four chunk-0 forwards of micro-batches 0..3, then their chunk-1 forwards.
+    spec = interleaved(d=4, n=8, m=32)
+    s = build(spec, "interleaved-1f1b")
+    order = _device_order(spec, s, 0)
+    assert order[:10] == [("F0", 0), ("F0", 1), ("F0", 2), ("F0", 3), ("F4", 0), ("F4", 1), ("F4", 2), ("F4", 3),
+                          ("F0", 4), ("F0", 5)]
+    assert order[10] == ("F0", 6) and order[11] == ("B4", 0)  # then one forward, one backward
+    row, _ = baseline_row(interleaved(d=4, n=16, m=32), "interleaved-1f1b", 16)
+    assert row.period == 8 and row.steady_bubble == 0  # the lower bound: 2 chunks x (1 + 3)
+
+
+def test_interleaved_1f1b_shortens_its_warmup_to_fit_memory():
+    spec = interleaved(d=4, n=8, m=6)
+    s = build(spec, "interleaved-1f1b")  # validate() inside checks M=6
+    assert max(s.peak_memory(spec)) <= 6

@@ -19,7 +19,8 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.validate import validate
 from tessel_dsl.search.baselines.chain import NotApplicable
-from tessel_dsl.search.baselines.classic import chimera_orders, gpipe_orders, one_f_one_b_orders, one_f_one_b_plus_orders
+from tessel_dsl.search.baselines.classic import (chimera_orders, gpipe_orders, interleaved_orders, one_f_one_b_orders,
+                                                 one_f_one_b_plus_orders)
 from tessel_dsl.search.baselines.listsched import Key
 
 
@@ -43,6 +44,8 @@ RECORDS: tuple[Baseline, ...] = (
     Baseline("1f1b+", one_f_one_b_plus_orders, "1F1B with multi-device blocks pinned into the chain",
              seeds_search=True),
     Baseline("chimera", chimera_orders, "Chimera-direct, two chains run in opposite directions"),
+    Baseline("interleaved-1f1b", interleaved_orders,
+             "Megatron's interleaved 1F1B, each device running several chunks of the chain in turn"),
 )
 
 BY_NAME: dict[str, Baseline] = {b.name: b for b in RECORDS}

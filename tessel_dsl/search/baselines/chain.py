@@ -162,3 +162,37 @@ def find_stages(spec: Spec, *, who: str = "1F1B") -> tuple[GroupStage, ...]:
         raise NotApplicable(f"{need}; the backward blocks do not retrace the forward ones in reverse")
     return tuple(GroupStage(devs, tuple(names), tuple(bnames))
                  for (devs, names), (_, bnames) in zip(fwd, reversed(bwd)))
+
+
+def find_rounds(spec: Spec, *, who: str = "interleaved 1F1B") -> tuple[tuple[GroupStage, ...], int]:
+    """(stages, groups) for a chain that visits the same device groups in turn, `v >= 2` times
+    (Megatron's interleaved placement: stage ``c * groups + g`` is chunk ``c`` on group ``g``),
+    or NotApplicable saying why."""
+    need = (f"{who} needs a chain of stages that visits the same devices in turn at least twice "
+            "(chunk c of device group g is stage c * groups + g)")
+    order = list(spec.topo_order)
+    fwd = _runs(spec, [n for n in order if not spec.block(n).kind.is_backward])
+    bwd = _runs(spec, [n for n in order if spec.block(n).kind.is_backward])
+    sets = []
+    for devs, _ in fwd:
+        if devs in sets:
+            break
+        sets.append(devs)
+    groups = len(sets)
+    if len(fwd) < 2 * groups or len(fwd) % groups:
+        raise NotApplicable(f"{need}; the forward stages do not return to the first devices a whole number of times")
+    if any(devs != sets[i % groups] for i, (devs, _) in enumerate(fwd)):
+        raise NotApplicable(f"{need}; stage devices {', '.join(str(d) for d, _ in fwd)} do not repeat in turn")
+    if len({d for s in sets for d in s}) != sum(len(s) for s in sets):
+        raise NotApplicable(f"{need}; two device groups share a device")
+    reach = reachable(spec)
+    flat = [n for _, names in fwd for n in names]
+    if not _ordered(flat, reach):
+        raise NotApplicable(f"{need}; the forward blocks do not form one sequence (they branch)")
+    if not bwd:
+        return tuple(GroupStage(devs, tuple(names)) for devs, names in fwd), groups
+    back = [n for _, names in bwd for n in names]
+    if [devs for devs, _ in bwd] != [devs for devs, _ in reversed(fwd)] or not _ordered(back, reach):
+        raise NotApplicable(f"{need}; the backward blocks do not retrace the forward stages in reverse")
+    return tuple(GroupStage(devs, tuple(names), tuple(bnames))
+                 for (devs, names), (_, bnames) in zip(fwd, reversed(bwd))), groups

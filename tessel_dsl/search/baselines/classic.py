@@ -20,7 +20,7 @@ from __future__ import annotations
 from tessel_dsl.analysis import reachable, resident_memory
 from tessel_dsl.errors import InfeasibleError, ScheduleError
 from tessel_dsl.ir import Spec
-from tessel_dsl.search.baselines.chain import Chain, NotApplicable, Stage, components, find_chain, find_stages
+from tessel_dsl.search.baselines.chain import Chain, NotApplicable, Stage, components, find_chain, find_rounds, find_stages
 from tessel_dsl.search.baselines.listsched import Key, play_greedy, play_queues
 
 
@@ -153,3 +153,49 @@ def chimera_orders(spec: Spec, n: int) -> list[list[Key]]:
         for d, row in enumerate(unit_orders):
             orders[d] += row
     return orders
+
+
+def _interleaved_queue(n: int, groups: int, chunks: int, g: int, warm: int) -> list[tuple[str, int, int]]:
+    """Megatron's interleaved 1F1B work queue of device group `g`: ("F" | "B", chunk, micro-batch).
+
+    Forward units go group by group of `groups` micro-batches, every chunk in turn; backward
+    units the same with the chunks reversed; `warm` forwards first, then one forward and one
+    backward alternately, then the remaining backwards."""
+    fwd, bwd = [], []
+    for first in range(0, n, groups):
+        mbs = range(first, min(n, first + groups))
+        fwd += [(c, mb) for c in range(chunks) for mb in mbs]
+        bwd += [(c, mb) for c in reversed(range(chunks)) for mb in mbs]
+    q = [("F", c, mb) for c, mb in fwd[:warm]]
+    for i in range(len(fwd) - warm):
+        q += [("F", *fwd[warm + i]), ("B", *bwd[i])]
+    q += [("B", c, mb) for c, mb in bwd[len(fwd) - warm:]]
+    return q
+
+
+def interleaved_orders(spec: Spec, n: int) -> list[list[Key]]:
+    """Interleaved 1F1B (Megatron-LM): each device group runs several chunks of one chain. Group
+    g starts with ``(groups - g - 1) * 2 + (chunks - 1) * groups`` forwards, fewer when memory M
+    cannot hold them (the warmups are shortened together until the schedule fits)."""
+    from tessel_dsl.schedule import Schedule
+    from tessel_dsl.search.compact import compact
+
+    stages, groups = find_rounds(spec)
+    chunks = len(stages) // groups
+    ideal = [min(n * chunks, (groups - g - 1) * 2 + (chunks - 1) * groups) for g in range(groups)]
+    for cap in range(max(ideal), 0, -1):
+        orders: list[list[Key]] = [[] for _ in range(spec.devices)]
+        for g in range(groups):
+            row = []
+            for phase, c, mb in _interleaved_queue(n, groups, chunks, g, min(ideal[g], cap)):
+                st = stages[c * groups + g]
+                row += [(name, mb) for name in (st.forward if phase == "F" else st.backward)]
+            for d in stages[g].devices:
+                orders[d] = list(row)
+        try:
+            sched = Schedule(n, compact(spec, orders=orders))
+        except ScheduleError:
+            continue
+        if max(sched.peak_memory(spec), default=0) <= spec.memory:
+            return orders
+    raise InfeasibleError(f"interleaved 1F1B: no warmup fits memory M={spec.memory}")
