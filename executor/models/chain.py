@@ -15,7 +15,7 @@ from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from tessel_dsl.executor.models.common import BlockStage, Fn, ModelConfig, ResidualMLP, forward_blocks, mb_generator, seeded, stage_layers
+from tessel_dsl.executor.models.common import BlockStage, Fn, ModelConfig, ResidualMLP, batch_cache, forward_blocks, mb_generator, seeded, stage_layers
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,15 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
         shards += layer_shards
         modules[name] = Fn(_stage_fn(train and i == len(names) - 1), layers=layers)
 
+    # Drawn once per micro-batch and only where read: on the CPU, a large micro-batch takes longer
+    # to draw than a stage takes to run, and the time would count as the block's.
+    batch = batch_cache(full, ctx.device)
+
     def data(block: str, mb: int):
-        x, target = full.batch(mb, ctx.device)
         if block == names[0]:
+            x, target = batch(mb)
             return (x, target) if train and len(names) == 1 else (x,)
-        return (target,) if train and block == names[-1] else ()
+        return (batch(mb)[1],) if train and block == names[-1] else ()
 
     return BlockStage(modules, metas, data, shards)
 
