@@ -74,13 +74,25 @@ def gpt_spec(devices: int, layers: int):
 
 
 def make_plans(devices: int) -> None:
+    from tessel_dsl.errors import TesselError
     from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.plan import load_plan
 
     names = plan_names(devices)
-    print(make_plan(gpt_spec(devices, 2 * devices), "tessel", N, PLANS / names["gpt"]))
-    print(make_plan(gpt_spec(devices // 2, 2 * devices), "tessel", N, PLANS / names["train"]))
     zb = parse_file(ROOT / "specs" / "zerobubble.tsl", sets={"D": str(devices), "N": str(N)})
-    print(make_plan(zb, "tessel", N, PLANS / names["zb"]))
+    refused = []
+    for spec, key in ((gpt_spec(devices, 2 * devices), "gpt"), (gpt_spec(devices // 2, 2 * devices), "train"),
+                      (zb, "zb")):
+        path = PLANS / names[key]
+        print(make_plan(spec, "tessel", N, path))
+        # A plan the GPU side would refuse to load is found here, not in a lease.
+        try:
+            load_plan(path)
+        except TesselError as e:
+            path.unlink()
+            refused.append(f"{path.name}: {e}")
+    if refused:
+        raise SystemExit("saved plans that do not load again were removed:\n" + "\n".join(refused))
 
 
 # -- peak memory of every GPU, the same way for every row ------------------------------------------
