@@ -185,14 +185,13 @@ def _check_schedule(spec: Spec, schedule: Schedule) -> None:
             _int(s.start, f"schedule.repetend slot {s.block}:{s.mb} start", 0, MAX_QUANTITY)
             _int(s.mb, f"schedule.repetend slot {s.block}:{s.mb} micro-batch offset", 0, rep.nr - 1)
         span = max(n, rep.nr)
-    slots = set(schedule.slots)
     for part in ("warmup", "cooldown"):
         for s in getattr(schedule, part):
             if s.block not in spec.by_name or type(s.mb) is not int or not 0 <= s.mb < span:
                 raise PlanError(f"schedule.{part}: {s.block}:{s.mb} is not a block instance of the schedule")
-            # For N >= N_R the phases are slots of the schedule itself (re-extension reads them).
-            if rep is not None and n >= rep.nr and s not in slots:
-                raise PlanError(f"schedule.{part}: {s.block}:{s.mb} at t={s.start} is not a slot of the schedule")
+            # The phases are the recipe re-extension orders blocks by; after the end re-solve they
+            # need not be slots of this schedule, and any extension is validated before it is used.
+            _int(s.start, f"schedule.{part} slot {s.block}:{s.mb} start", 0, MAX_QUANTITY)
     if schedule.repetend_start is not None:
         _int(schedule.repetend_start, "schedule.repetend_start", 0, MAX_QUANTITY)
 
