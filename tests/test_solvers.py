@@ -179,3 +179,18 @@ def test_spread_objective(backend):
     lo = min(s + t.skew for s, t in zip(sol.starts, tasks))
     hi = max(s + t.duration + t.skew for s, t in zip(sol.starts, tasks))
     assert sol.proven and sol.objective == hi - lo == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_makespan_below_asks_for_a_strictly_shorter_schedule(backend):
+    # Two devices; a 3-unit task on device 0 must precede a 2-unit task on device 1, and each device
+    # has one more independent 2-unit task. Optimum: 5 (3 then 2; the spare tasks fill the gaps).
+    tasks = (Task("a", 3, (0,)), Task("b", 2, (1,)), Task("c", 2, (0,)), Task("d", 2, (1,)))
+    base = Problem(tasks, (Precedence(0, 1),), 2)
+    assert solve(base, Objective.MAKESPAN, solver=backend).objective == 5
+    below_six = solve(Problem(tasks, (Precedence(0, 1),), 2, makespan_below=6), Objective.MAKESPAN, solver=backend)
+    assert below_six.status == "optimal" and below_six.objective == 5
+    check(base, below_six.starts)
+    # Nothing ends before 5: "infeasible" is the proof that the schedule at 5 can't be beaten.
+    assert solve(Problem(tasks, (Precedence(0, 1),), 2, makespan_below=5), Objective.MAKESPAN,
+                 solver=backend).status == "infeasible"

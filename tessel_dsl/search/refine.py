@@ -92,11 +92,15 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
         row = [i for i, s in enumerate(slots) if fixed_order[i] and d in spec.block(s.block).devices]
         prec += [Precedence(a, b) for a, b in zip(row, row[1:])]
     span = schedule.makespan(spec)
+    # Only a strictly shorter schedule is of use: asking for one lets the solver stop with a proof
+    # that none exists instead of proving the current one optimal.
     problem = Problem(tasks, tuple(prec), spec.devices, capacity=spec.memory, horizon=span,
-                      hints=tuple(s.start for s in slots))
+                      makespan_below=span, hints=tuple(s.start for s in slots))
     if span <= makespan_lower_bound(problem):
         return schedule, False  # already as short as this problem allows: nothing to re-solve
     sol = solve(problem, Objective.MAKESPAN, time_limit, solver=solver, effort=effort)
+    if sol.status == "infeasible":
+        return schedule, False  # proven: no schedule with these regions free is shorter
     if sol.status != "optimal" and cuts is not None:
         cuts.append(f"the end re-solve for N={schedule.microbatches}")
     if not sol.ok or sol.objective is None or sol.objective >= span:

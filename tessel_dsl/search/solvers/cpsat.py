@@ -79,6 +79,8 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
         makespan = m.new_int_var(min(makespan_lower_bound(problem), 2 * horizon), 2 * horizon, "makespan")
         for s, t in zip(starts, problem.tasks):
             m.add(makespan >= s + t.duration)
+        if problem.makespan_below is not None:
+            m.add(makespan <= problem.makespan_below - 1)
         m.minimize(makespan)
     elif anchor is not None:
         m.minimize(anchor)

@@ -122,6 +122,10 @@ class Problem:
     initial_memory: tuple[int, ...] = ()
     span_limit: int | None = None
     horizon: int | None = None
+    # With Objective.MAKESPAN: only schedules ending before this count (the caller already has one
+    # ending at it), so "infeasible" means none shorter exists. Proving that is cheaper than proving
+    # the old schedule optimal (the end re-solve of X-shape D=4 N=8: 3.6 -> 1.8 s of CPU).
+    makespan_below: int | None = None
     # Optional start-time hints (same order as tasks); backends may use them as a warm start.
     hints: tuple[int, ...] | None = field(default=None, compare=False)
 

@@ -119,6 +119,8 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
     if objective is Objective.MAKESPAN:
         obj = z3.Int("makespan")
         cons += [obj >= s + t.duration for s, t in zip(starts, problem.tasks)]
+        if problem.makespan_below is not None:
+            cons.append(obj <= problem.makespan_below - 1)
     elif objective is Objective.SPREAD:
         lo, hi, obj = z3.Int("lo"), z3.Int("hi"), z3.Int("spread")
         for st, t in zip(starts, problem.tasks):
