@@ -61,7 +61,8 @@ CODES: dict[str, str] = {
     "negative-memory": "a block that frees more memory than one micro-batch holds on a device before it",
     "memory-not-freed": "a training spec whose forwards keep memory that no backward frees (put memory that stays on an `other` block)",
     "grad-without-derive": "`grad` options on a forward without a `derive backward` line",
-    "inexact-quantity": "a quantity that is not a whole number of its `resolution`",
+    "inexact-quantity": "a quantity that is not a whole number of its `resolution`, or a derived "
+                        "backward time (`1.5x` of 3 units) that is not a whole number of units",
     "unset-param": "a parameter with no value",
     "unknown-set": "a `--set` for a parameter the spec does not declare",
     "bad-set-value": "a `--set` value that is not a number",

@@ -73,3 +73,15 @@ def show_memory(value: float, bytes_per_unit: int, label: str) -> str:
     if value == 0:
         return _zero(label)
     return _pick(value * bytes_per_unit, _BIN_SHOW if "iB" in label else _DEC_SHOW)
+
+
+def time_in(units, value: float) -> str:
+    """`show_time` with a spec's `Units` (or its JSON dict, as `tessel check --json` prints it)."""
+    get = units.get if isinstance(units, dict) else lambda k: getattr(units, k)
+    return show_time(value, get("time_seconds"), get("time_label"))
+
+
+def memory_in(units, value: float) -> str:
+    """`show_memory` with a spec's `Units` (or its JSON dict)."""
+    get = units.get if isinstance(units, dict) else lambda k: getattr(units, k)
+    return show_memory(value, get("memory_bytes"), get("memory_label"))

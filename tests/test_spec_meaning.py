@@ -76,3 +76,23 @@ def test_training_forwards_must_be_freed_by_their_backwards():
     parse(text.replace("memory 3", "memory 1") + "other W on 0 time 1 memory 2\n")
     # Inference keeps no activations for a backward pass, so nothing is left to free.
     parse(HEAD + "forward F0 on 0 time 1 memory 3\nderive backward\nmode infer\n")
+
+
+def test_a_derived_backward_time_is_never_rounded():
+    # 1.5 x 3 units = 4.5 units: refused at the `derive backward` line, not made 5.
+    text = HEAD + "forward F0 on 0 time 3 memory 1\nforward F1 on 1 time 2 memory 1\nF0 -> F1\n"
+    msg = diag(text + "derive backward time 1.5x\n")
+    assert "<string>:7:1: error[inexact-quantity]: `derive backward time 1.5x` makes the backward of F0 " \
+           "1.5 x 3 = 4.5 units, not a whole number" in msg
+    assert "backward of F1" not in msg  # 1.5 x 2 = 3 is whole
+    spec = parse(text.replace("time 3", "time 4") + "derive backward time 1.5x\n")
+    assert {b.name: b.time for b in spec.blocks} == {"F0": 4, "F1": 2, "B1": 3, "B0": 6}
+
+
+def test_a_forwards_own_grad_ratio_is_never_rounded():
+    head = "placement p\ndevices 1\nmemory 8\nresolution time 1ms\n"
+    msg = diag(head + "forward F0 on 0 time 3ms memory 1 grad time 0.5x\nderive backward\n")
+    assert "<string>:5:9: error[inexact-quantity]: `grad time 0.5x` of F0 makes the backward of F0 " \
+           "0.5 x 3 = 1.5 units of `resolution time 1ms`" in msg
+    spec = parse(head + "forward F0 on 0 time 4ms memory 1 grad time 0.5x\nderive backward\n")
+    assert spec.block("B0").time == 2

@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from tessel_dsl.cli.app import app, console, parse_sets
+from tessel_dsl.units import memory_in, time_in
 
 
 def summarize(spec) -> dict:
@@ -36,8 +37,8 @@ def summarize(spec) -> dict:
 DEVICE_COLUMNS = (
     ("device", "right", lambda s, d: str(d)),
     ("blocks", "left", lambda s, d: " ".join(s["blocks_per_device"][d])),
-    ("busy", "right", lambda s, d: str(s["busy_time"][d])),
-    ("memory / mb", "right", lambda s, d: str(s["microbatch_memory"][d])),
+    ("busy", "right", lambda s, d: time_in(s["units"], s["busy_time"][d])),
+    ("memory / mb", "right", lambda s, d: memory_in(s["units"], s["microbatch_memory"][d])),
 )
 
 
@@ -47,7 +48,7 @@ def render(summary: dict) -> None:
 
     s = summary
     unit = "" if s["units"]["time_label"] == "unit" else f" (1 unit = {s['units']['time_label']})"
-    console.print(f"[bold]{s['name']}[/] — {s['mode']}, {s['devices']} devices, memory {s['memory']} "
+    console.print(f"[bold]{s['name']}[/] — {s['mode']}, {s['devices']} devices, memory {memory_in(s['units'], s['memory'])} "
                   f"per device, {s['microbatches']} micro-batches, {len(s['blocks'])} blocks{unit}")
     if s["params"]:
         console.print("params: " + ", ".join(f"{k}={v}" for k, v in s["params"]), highlight=False)
@@ -57,14 +58,15 @@ def render(summary: dict) -> None:
     for d in range(s["devices"]):
         table.add_row(*(cell(s, d) for _title, _justify, cell in DEVICE_COLUMNS))
     console.print(table)
-    console.print(f"lower bound of the repetend period: [bold]{s['lower_bound']}[/] "
+    console.print(f"lower bound of the repetend period: [bold]{time_in(s['units'], s['lower_bound'])}[/] "
                   "(busiest device's work per micro-batch)")
-    console.print(f"max in-flight micro-batches under memory {s['memory']}: [bold]{s['max_inflight']}[/]")
+    console.print(f"max in-flight micro-batches under memory {memory_in(s['units'], s['memory'])}: "
+                  f"[bold]{s['max_inflight']}[/]")
+    from tessel_dsl.tools.expect import format_value
+
     for x in s["expectations"]:
         value = x["value"]
-        if isinstance(value, float) and x["metric"] == "bubble":
-            value = f"{value * 100:g}%"
-        value = "" if value is None else f" {value}"
+        value = "" if value is None else f" {format_value(x['metric'], value, s['units'])}"
         at = f" at N={x['microbatches']}" if x["microbatches"] else ""
         op = "" if x["metric"] == "deadlock_free" else f" {x['op']}"
         console.print(f"expect {x['metric']}{op}{value}{at}", highlight=False)

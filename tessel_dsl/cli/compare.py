@@ -25,8 +25,23 @@ def _num(x: float | None) -> str:
     return f"{x:g}" if float(x).is_integer() else f"{x:.2f}"
 
 
-def render_rows(title: str, rows) -> list:
-    """One spec's comparison: a rich table, then why each n/a or failed schedule has no numbers."""
+def _time(units, x) -> str:
+    """A time cell: in the spec's declared unit (``12 ms``), or the bare number without one."""
+    from tessel_dsl.units import time_in
+
+    return _num(x) if units is None or units.time_label == "unit" or x is None else time_in(units, x)
+
+
+def _mem(units, x) -> str:
+    """A memory cell: in the spec's declared unit (``12 GB``), or the bare number without one."""
+    from tessel_dsl.units import memory_in
+
+    return str(x) if units is None or units.memory_label == "unit" else memory_in(units, x)
+
+
+def render_rows(title: str, rows, units=None) -> list:
+    """One spec's comparison: a rich table, then why each n/a or failed schedule has no numbers.
+    `units`: the spec's, so times and memory read in its declared units (bare without them)."""
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
@@ -48,17 +63,17 @@ def render_rows(title: str, rows) -> list:
                           *([""] * 6))
             why.append(Text.from_markup(f"  [dim]{escape(r.schedule)} {shown}: {escape(r.reason)}[/]"))
             continue
-        mem = f"{max(r.peak_memory, default=0)}/{r.memory_limit}"
+        mem = f"{_mem(units, max(r.peak_memory, default=0))}/{_mem(units, r.memory_limit)}"
         if r.over_memory:
             mem = f"[bold red]{mem} >M[/]"
-        period = "-" if r.period is None else f"{_num(r.period)} ({r.lower_bound})"
+        period = "-" if r.period is None else f"{_time(units, r.period)} ({_time(units, r.lower_bound)})"
         name = escape(r.schedule)
         if r.schedule in ("to", "tessel") and r.proven is False:
             name += "[yellow]*[/]"
             unproven = True
         gap = "-" if r.gap_to_optimal is None else f"{r.gap_to_optimal:+.1%}"
         seconds = "" if r.seconds is None else f"{r.seconds:.1f}s"
-        table.add_row(name, str(r.microbatches), str(r.makespan), _pct(r.bubble), period,
+        table.add_row(name, str(r.microbatches), _time(units, r.makespan), _pct(r.bubble), period,
                       _pct(r.steady_bubble), mem, gap, seconds)
     if unproven:
         why.append(Text.from_markup("  [yellow]*[/] not proven: a time limit or solver budget cut part of the solve "
@@ -69,8 +84,8 @@ def render_rows(title: str, rows) -> list:
     if best is None:
         why.append(Text("  no baseline applies to this placement within memory M"))
     elif tessel is not None:
-        why.append(Text(f"  tessel vs the best applicable baseline ({best.schedule}, makespan {best.makespan}): "
-                        f"{tessel.makespan} ({ratio:+.1%})"))
+        why.append(Text(f"  tessel vs the best applicable baseline ({best.schedule}, makespan "
+                        f"{_time(units, best.makespan)}): {_time(units, tessel.makespan)} ({ratio:+.1%})"))
     return [table, *why]
 
 
@@ -91,11 +106,11 @@ def render_placements(results) -> object:
     for path, spec, rows in results:
         tessel, best, ratio = versus_best(rows)
         n = str(rows[0].microbatches) if rows else "-"
-        table.add_row(Path(path).name, str(spec.devices), str(spec.memory), n,
-                      "-" if tessel is None else str(tessel.makespan),
+        table.add_row(Path(path).name, str(spec.devices), _mem(spec.units, spec.memory), n,
+                      "-" if tessel is None else _time(spec.units, tessel.makespan),
                       "-" if tessel is None else _pct(tessel.bubble),
                       "-" if best is None else best.schedule,
-                      "-" if best is None else str(best.makespan),
+                      "-" if best is None else _time(spec.units, best.makespan),
                       "-" if ratio is None else f"{ratio:+.1%}")
     return table
 
@@ -206,9 +221,9 @@ def compare(
             continue
         from tessel_dsl.analysis import lower_bound
 
-        title = (f"{spec.name} ({path}): D={spec.devices}, M={spec.memory}, {spec.mode.value}, "
-                 f"lower bound {lower_bound(spec)} per micro-batch")
-        for part in render_rows(title, rows):
+        title = (f"{spec.name} ({path}): D={spec.devices}, M={_mem(spec.units, spec.memory)}, "
+                 f"{spec.mode.value}, lower bound {_time(spec.units, lower_bound(spec))} per micro-batch")
+        for part in render_rows(title, rows, spec.units):
             console.print(part, soft_wrap=True)
     if as_json:
         print(json.dumps(everything, indent=1))

@@ -50,7 +50,7 @@ def test_specs(
     from rich.markup import escape as mescape
     from rich.table import Table
 
-    from tessel_dsl.tools.expect import check_expectations, format_value, spec_files
+    from tessel_dsl.tools.expect import check_expectations, describe, format_value, spec_files
     from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.fileio import write_text_atomic
 
@@ -63,6 +63,7 @@ def test_specs(
     t0 = time.perf_counter()
     results: list[tuple[str, object]] = []
     errors: list[tuple[str, str]] = []
+    first: str | None = None  # the first failure, for the last line
     table = Table(title="expectations", title_justify="left", header_style="bold")
     for col, just in (("spec", "left"), ("expectation", "left"), ("measured", "right"),
                       ("target", "right"), ("result", "left")):
@@ -82,9 +83,14 @@ def test_specs(
         for o in outcomes:
             results.append((str(f), o))
             verdict = "[green]pass[/]" if o.passed else f"[bold red]FAIL[/] {mescape(o.detail)}"
-            target = format_value(o.expectation.metric, o.target) if o.target is not None else ""
-            table.add_row(str(f), mescape(o.text), format_value(o.expectation.metric, o.measured),
-                          target, verdict)
+            # Times and memory in the spec's declared units (``6 ms``); bare numbers without them.
+            metric = o.expectation.metric
+            target = format_value(metric, o.target, spec.units) if o.target is not None else ""
+            text = describe(o.expectation, o.microbatches, spec.units)
+            if not o.passed and first is None:
+                first = f"{f}: {text}: {o.detail}"
+            table.add_row(str(f), mescape(text),
+                          format_value(metric, o.measured, spec.units), target, verdict)
     seconds = time.perf_counter() - t0
     console.print(table)
     for name, msg in errors:
@@ -99,7 +105,6 @@ def test_specs(
         write_text_atomic(junit, junit_xml(results, errors, seconds))
         err_console.print(f"wrote {junit}", highlight=False)
     if failed or errors:
-        first = next((f"{n}: {o.text}: {o.detail}" for n, o in results if not o.passed), None)
         err_console.print(f"[bold red]FAIL:[/] {mescape(first or errors[0][0] + ' does not load')}",
                           highlight=False)
         raise typer.Exit(1)

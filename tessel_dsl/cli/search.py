@@ -13,13 +13,11 @@ from tessel_dsl.cli.app import app, console, err_console, parse_sets
 def in_time(s: dict, units: int) -> str:
     """`units` of the spec's time in its own terms (from a `summary`): ``12`` for plain units,
     ``12 (120 ms)`` when the spec declares a time resolution."""
+    from tessel_dsl.units import show_time
+
     if s["time_unit_seconds"] is None:
         return str(units)
-    seconds = units * s["time_unit_seconds"]
-    for scale, label in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
-        if abs(seconds) >= scale or scale == 1e-9:
-            return f"{units} ({seconds / scale:.4g} {label})"
-    return str(units)
+    return f"{units} ({show_time(units, s['time_unit_seconds'], s['time_unit'])})"
 
 
 def in_memory(s: dict, units: int) -> str:

@@ -16,6 +16,7 @@ from tessel_dsl.analysis import forwards_not_ancestors, microbatch_memory
 from tessel_dsl.errors import Diagnostic, SpecError
 from tessel_dsl.ir import Kind, Spec
 from tessel_dsl.lang.options import BLOCK_FIELDS
+from tessel_dsl.units import memory_in
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 OPS = ("<", "<=", "==", "!=", ">=", ">")
@@ -35,7 +36,7 @@ def diagnose(spec: Spec) -> list[Diagnostic]:
     if spec.devices < 1:
         out.append(Diagnostic("bad-devices", f"a placement needs at least one device, got {spec.devices}"))
     if spec.memory < 0:
-        out.append(Diagnostic("bad-memory", f"memory capacity must not be negative, got {spec.memory}"))
+        out.append(Diagnostic("bad-memory", f"memory capacity must not be negative, got {memory_in(spec.units, spec.memory)}"))
     if spec.microbatches < 1:
         out.append(Diagnostic("bad-microbatches", f"micro-batch count must be at least 1, got {spec.microbatches}"))
     if not spec.blocks:
@@ -147,8 +148,9 @@ def _memory(spec: Spec) -> list[Diagnostic]:
     need = microbatch_memory(spec)
     for d, n in enumerate(need):
         if n > spec.memory:
-            out.append(Diagnostic("memory-infeasible", f"one micro-batch needs {n} memory on device {d}, "
-                                  f"but each device has {spec.memory} (over by {n - spec.memory}); no "
+            out.append(Diagnostic("memory-infeasible", f"one micro-batch needs {memory_in(spec.units, n)} memory on device {d}, "
+                                  f"but each device has {memory_in(spec.units, spec.memory)} (over by "
+                                  f"{memory_in(spec.units, n - spec.memory)}); no "
                                   "schedule can fit it", _first_span_on(spec, d)))
     return out
 
@@ -168,7 +170,7 @@ def _memory_balance(spec: Spec) -> list[Diagnostic]:
                 reported.add(d)
                 out.append(Diagnostic("negative-memory", f"{b.name} frees more memory on device {d} than "
                                       f"one micro-batch holds there before it (the running total reaches "
-                                      f"{running[d]} in dependency order)", b.span))
+                                      f"{memory_in(spec.units, running[d])} in dependency order)", b.span))
     if spec.mode.value == "train" and any(b.kind.is_backward for b in spec.blocks):
         kept = [0] * spec.devices
         for b in spec.blocks:
@@ -179,7 +181,7 @@ def _memory_balance(spec: Spec) -> list[Diagnostic]:
             if k > 0:
                 fwd = [b.name for b in spec.blocks if b.kind is Kind.FORWARD and d in b.devices and b.memory > 0]
                 out.append(Diagnostic("memory-not-freed", f"on device {d} the forwards ({', '.join(fwd[:4])}"
-                                      f"{', ...' if len(fwd) > 4 else ''}) allocate {k} more than the backwards "
+                                      f"{', ...' if len(fwd) > 4 else ''}) allocate {memory_in(spec.units, k)} more than the backwards "
                                       "free, so each micro-batch leaves it behind; free it in a backward, or "
                                       "declare memory that stays on an `other` block",
                                       _first_span_on(spec, d)))

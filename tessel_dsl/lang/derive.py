@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from tessel_dsl.errors import Diagnostic
 from tessel_dsl.ir import Block, Edge, Kind
-from tessel_dsl.units import round_units
+from tessel_dsl.units import format_number, round_units
 
 
 def backward_name(forward: str, explicit: str | None = None) -> str:
@@ -33,9 +33,32 @@ def backward_name(forward: str, explicit: str | None = None) -> str:
     return forward + "B"
 
 
+def _derived_time(f: Block, how: str, amount: float, own: bool, where, time_label: str,
+                  diags: list[Diagnostic]) -> int | None:
+    """The backward time of forward `f`, or None after an error: a ratio that does not give a
+    whole number of units is refused rather than rounded (1.5x of 3 units is 4.5, never 5)."""
+    if how != "x":
+        return int(amount)
+    exact = f.time * amount
+    n = round_units(exact, positive=True)
+    if abs(exact - n) > 1e-9 * max(1.0, abs(exact)):
+        unit = "units" if time_label == "unit" else f"units of `resolution time {time_label}`"
+        line = f"`grad time {format_number(amount)}x` of {f.name}" if own \
+            else f"`derive backward time {format_number(amount)}x`"
+        diags.append(Diagnostic("inexact-quantity", f"{line} makes the backward of {f.name} "
+                                f"{format_number(amount)} x {f.time} = {format_number(round(exact, 6))} {unit}, "
+                                f"not a whole number; give {f.name} `grad time T` with a whole time, "
+                                "use a ratio that gives one, or declare a finer resolution",
+                                f.span if own else (where or f.span)))
+        return None
+    return n
+
+
 def derive_backward(blocks: list[Block], edges: list[Edge], ratio: tuple[str, float],
-                    options: dict, diags: list[Diagnostic]) -> tuple[list[Block], list[Edge]]:
-    """Add the mirrored backward blocks and edges; `options` maps forward name -> ForwardOptions."""
+                    options: dict, diags: list[Diagnostic], where=None,
+                    time_label: str = "unit") -> tuple[list[Block], list[Edge]]:
+    """Add the mirrored backward blocks and edges; `options` maps forward name -> ForwardOptions.
+    `where` is the `derive backward` line, named when its ratio gives a fractional time."""
     names = {b.name for b in blocks}
     written: dict[str, str] = {}  # forward -> its written-out backward (input-grad preferred)
     for b in blocks:
@@ -53,8 +76,11 @@ def derive_backward(blocks: list[Block], edges: list[Edge], ratio: tuple[str, fl
                                     f"named {bname}, which already exists (name it with "
                                     f"`grad OTHER` on {f.name})", f.span))
             continue
-        how, amount = (opt.grad_time if opt and opt.grad_time else None) or ratio
-        time = round_units(f.time * amount, positive=True) if how == "x" else int(amount)
+        own = bool(opt and opt.grad_time)
+        how, amount = opt.grad_time if own else ratio
+        time = _derived_time(f, how, amount, own, where, time_label, diags)
+        if time is None:
+            continue
         names.add(bname)
         derived[f.name] = bname
         # Built from the forward so that any other field (devices, span, ...) carries over.

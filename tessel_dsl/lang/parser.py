@@ -261,7 +261,8 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
     chosen = Mode(mode or out.mode or "train")
     blocks, edges = _link_backwards(ev, ev.blocks, diags), ev.edges
     if out.derive_time is not None:
-        blocks, edges = derive_backward(blocks, edges, out.derive_time, ev.forward_opts, diags)
+        blocks, edges = derive_backward(blocks, edges, out.derive_time, ev.forward_opts, diags, out.derive_loc,
+                                       ev._time_res[1] if ev._time_res else "unit")
     else:
         # `grad ...` options only shape derived backward blocks: without the derive line they
         # would be ignored, and the spec would silently lose its backward pass.

@@ -10,6 +10,7 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Slot
 from tessel_dsl.search.compact import compact
 from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, solve
+from tessel_dsl.units import memory_in
 
 
 def direct(spec: Spec, n: int, solver: str, time_limit: float | None) -> tuple[tuple[Slot, ...], bool]:
@@ -28,7 +29,7 @@ def direct(spec: Spec, n: int, solver: str, time_limit: float | None) -> tuple[t
                 time_limit, solver=solver)
     if not sol.ok:
         if sol.status == "infeasible":
-            raise InfeasibleError(f"no schedule of {n} micro-batches fits memory M={spec.memory}")
+            raise InfeasibleError(f"no schedule of {n} micro-batches fits memory M={memory_in(spec.units, spec.memory)}")
         raise TesselError(f"the time limit ran out before any schedule of {n} micro-batches was found")
     slots = compact(spec, [Slot(t, b, mb) for (b, mb), t in zip(keys, sol.starts)])
     return slots, sol.proven

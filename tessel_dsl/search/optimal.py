@@ -23,6 +23,7 @@ from tessel_dsl.errors import InfeasibleError, TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.plan import SearchInfo
 from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.units import memory_in
 from tessel_dsl.validate import validate
 
 
@@ -55,7 +56,9 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
     need = microbatch_memory(spec)
     worst = max(range(spec.devices), key=lambda d: need[d], default=0)
     if spec.devices and need[worst] > spec.memory:
-        raise InfeasibleError(f"memory M={spec.memory} is below the {need[worst]} units one micro-batch "
+        raise InfeasibleError(f"memory M={memory_in(spec.units, spec.memory)} is below the "
+                              f"{memory_in(spec.units, need[worst])}{' units' if spec.units.memory_label == 'unit' else ''} "
+                              "one micro-batch "
                               f"needs on device {worst}")
     keys = [(b.name, mb) for mb in range(n) for b in spec.blocks]
     index = {k: i for i, k in enumerate(keys)}
@@ -80,7 +83,7 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
     sol = solve(problem, "makespan", time_limit, solver=name, **options)
     seconds = time.perf_counter() - t0
     if sol.status == "infeasible":
-        raise InfeasibleError(f"no schedule of {n} micro-batches fits memory M={spec.memory}")
+        raise InfeasibleError(f"no schedule of {n} micro-batches fits memory M={memory_in(spec.units, spec.memory)}")
     note = "optimum proven" if sol.proven else f"time limit {time_limit:g} s reached: best found, not proven optimal"
     starts = sol.starts
     if not sol.ok:

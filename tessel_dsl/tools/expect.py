@@ -46,17 +46,18 @@ class Outcome:
         return describe(self.expectation, self.microbatches)
 
 
-def describe(e: Expectation, microbatches: int | None = None) -> str:
+def describe(e: Expectation, microbatches: int | None = None, units=None) -> str:
     """Source-like text of an expectation."""
     at = f" at N={microbatches if microbatches is not None else e.microbatches}" \
         if (microbatches or e.microbatches) else ""
     if e.metric == "deadlock_free":
         return f"deadlock_free{at}"
-    return f"{e.metric} {e.op} {format_value(e.metric, e.value)}{at}"
+    return f"{e.metric} {e.op} {format_value(e.metric, e.value, units)}{at}"
 
 
-def format_value(metric: str, value) -> str:
-    """A metric's value as people write it (bubble in percent)."""
+def format_value(metric: str, value, units=None) -> str:
+    """A metric's value as people write it: bubble in percent; with the spec's `units`, times and
+    memory in its declared units (``80 ms``, ``24 GB``; bare numbers without resolutions)."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -65,6 +66,14 @@ def format_value(metric: str, value) -> str:
         return value
     if metric == "bubble":
         return f"{100 * value:.4g}%"
+    if units is not None and metric in ("period", "makespan"):
+        from tessel_dsl.units import time_in
+
+        return time_in(units, value)
+    if units is not None and metric == "peak_memory":
+        from tessel_dsl.units import memory_in
+
+        return memory_in(units, value)
     return f"{value:g}"
 
 
@@ -122,8 +131,8 @@ def judge(spec: Spec, e: Expectation, n: int, report, plan=None) -> Outcome:
     if got is None or target is None:
         return Outcome(e, n, got, target, False, f"cannot measure {e.metric} at N={n}")
     ok = compare(float(got), e.op, target)
-    detail = "" if ok else (f"measured {format_value(e.metric, got)}, expected {e.op} "
-                            f"{format_value(e.metric, target)}")
+    detail = "" if ok else (f"measured {format_value(e.metric, got, spec.units)}, expected {e.op} "
+                            f"{format_value(e.metric, target, spec.units)}")
     if not ok and report.deadlock is not None:
         detail += f" ({report.deadlock.summary()})"
     return Outcome(e, n, got, target, ok, detail)

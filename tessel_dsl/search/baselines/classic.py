@@ -22,6 +22,7 @@ from tessel_dsl.errors import InfeasibleError, ScheduleError
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.baselines.chain import Chain, NotApplicable, Stage, components, find_chain, find_rounds, find_stages
 from tessel_dsl.search.baselines.listsched import Key, play_greedy, play_queues
+from tessel_dsl.units import memory_in
 
 
 def gpipe_orders(spec: Spec, n: int) -> list[list[Key]]:
@@ -45,13 +46,18 @@ def gpipe_orders(spec: Spec, n: int) -> list[list[Key]]:
     return orders
 
 
+def _mem(spec: Spec, x: int) -> str:
+    """Memory in the spec's unit (``8 GB``), or ``8 memory units`` without a resolution."""
+    return f"{x} memory units" if spec.units.memory_label == "unit" else memory_in(spec.units, x)
+
+
 def _inflight_cap(spec: Spec, device: int, who: str) -> int:
     held = resident_memory(spec)[device]
     if held <= 0:
         return 1 << 30
     if spec.memory < held:
-        raise InfeasibleError(f"{who}: device {device} holds {held} memory units per micro-batch in flight, "
-                              f"more than M={spec.memory}")
+        raise InfeasibleError(f"{who}: device {device} holds {_mem(spec, held)} per micro-batch in flight, "
+                              f"more than M={memory_in(spec.units, spec.memory)}")
     return spec.memory // held
 
 
@@ -198,4 +204,4 @@ def interleaved_orders(spec: Spec, n: int) -> list[list[Key]]:
             continue
         if max(sched.peak_memory(spec), default=0) <= spec.memory:
             return orders
-    raise InfeasibleError(f"interleaved 1F1B: no warmup fits memory M={spec.memory}")
+    raise InfeasibleError(f"interleaved 1F1B: no warmup fits memory M={memory_in(spec.units, spec.memory)}")
