@@ -79,3 +79,57 @@ def test_load_plan_rejects_non_plans(tmp_path, text):
 def test_load_plan_missing_file(tmp_path):
     with pytest.raises(PlanError, match="cannot read plan"):
         load_plan(tmp_path / "absent.json")
+
+
+def _baseline_plan_json():
+    from tests.helpers import one_f_one_b, vshape
+    from tessel_dsl.plan import make_plan, plan_to_json
+
+    spec = vshape(devices=2, memory=2)
+    return json.loads(json.dumps(plan_to_json(make_plan(spec, one_f_one_b(spec, 2)))))
+
+
+# Where a number belongs: (how to reach the container, key, the field's name in any clear error).
+NUMBER_FIELDS = [
+    (lambda d: d["spec"], "devices", "devices"),
+    (lambda d: d["spec"], "memory", "memory"),
+    (lambda d: d["spec"], "microbatches", "microbatches"),
+    (lambda d: d["spec"]["blocks"][0], "time", "time"),
+    (lambda d: d["spec"]["blocks"][0], "memory", "memory"),
+    (lambda d: d["spec"]["blocks"][0]["devices"], 0, "devices"),
+    (lambda d: d["spec"]["units"], "time_seconds", "time_seconds"),
+    (lambda d: d["spec"]["link"], "latency", "latency"),
+    (lambda d: d["spec"]["link"], "bandwidth", "bandwidth"),
+    (lambda d: d["schedule"], "microbatches", "microbatches"),
+    (lambda d: d["schedule"]["slots"][0], "start", "start"),
+    (lambda d: d["schedule"]["slots"][0], "mb", "mb"),
+    (lambda d: d["programs"][0], "device", "device"),
+    (lambda d: d["programs"][0]["actions"][0], "mb", "mb"),
+    (lambda d: d["programs"][0]["actions"][1]["peers"], 0, "peers"),
+]
+
+
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("where,key,name", NUMBER_FIELDS, ids=[f"{n}{i}" for i, (_, _, n) in enumerate(NUMBER_FIELDS)])
+def test_load_plan_rejects_booleans_where_numbers_belong(tmp_path, where, key, name, value):
+    # JSON's true/false are ints to Python (True == 1); a plan must not load with them as numbers.
+    data = _baseline_plan_json()
+    assert isinstance(where(data)[key], (int, float)) and not isinstance(where(data)[key], bool)
+    where(data)[key] = value
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    assert name in str(info.value)
+    from tessel_dsl.plan import plan_from_json
+
+    with pytest.raises(PlanError):
+        plan_from_json(data)
+
+
+def test_baseline_plan_json_loads_unchanged(tmp_path):
+    # The fixture above is a valid plan: each rejection is the boolean's doing.
+    from tessel_dsl.plan import plan_from_json, plan_to_json
+
+    data = _baseline_plan_json()
+    assert plan_to_json(plan_from_json(data)) == data

@@ -103,11 +103,20 @@ def test_end_resolve_skips_the_solver_when_already_at_the_bound(monkeypatch):
     assert refine_ends(spec, sched, solver="cpsat", time_limit=None) == (sched, False)
 
 
-def test_search_result_at_small_n_matches_the_optimum():
+# What TO proves for interleaved D=4 at N=8 (`python bench/search.py --specs interleaved --devices 4 --modes train`
+# gives "TO 76"); too slow to prove here, so it is stated, not re-derived.
+INTERLEAVED_D4_N8_OPTIMUM = 76
+
+
+def test_search_result_at_small_n_is_pinned_two_above_the_optimum():
+    # The search's repetend joins leave 88; the end re-solve (micro-batches kept in index order
+    # per block) brings it to 78, two units above the optimum that a free whole-schedule solve finds.
     spec = _spec("interleaved", 4)
     result = search_mod.search(spec, microbatches=8)
-    assert result.schedule.makespan(spec) <= 88
     validate(spec, result.schedule)
+    assert result.schedule.makespan(spec) == 78
+    assert result.schedule.makespan(spec) - INTERLEAVED_D4_N8_OPTIMUM == 2
+    assert "from 88 to 78" in result.info.note
 
 
 def test_reextend_keeps_vshape_at_the_1f1b_optimum():

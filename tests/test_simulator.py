@@ -138,8 +138,53 @@ def test_empty_schedule_simulates_to_nothing():
     assert report.ok and report.makespan == 0 and report.bubble == 0
 
 
-def test_slot_sanity_for_helper():
-    # The helper used by several tests must itself be valid.
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_sequential_helper_is_a_valid_schedule(n):
+    # Several tests simulate this helper's schedules; it must itself pass the validator, with the
+    # micro-batches strictly one after another (each E starts when the previous EB has ended).
+    from tessel_dsl.validate import validate
+
     spec = mshape()
-    sch = sequential(spec, 2)
-    assert Slot(0, "E", 0) in sch.slots
+    sch = sequential(spec, n)
+    validate(spec, sch)
+    chain = sum(b.time for b in spec.blocks)  # E, F0..F3, B3..B0, EB: one path through every block
+    assert [s.start for s in sch.slots if s.block == "E"] == [mb * chain for mb in range(n)]
+    assert sch.makespan(spec) == n * chain
+
+
+def _uneven() -> tuple[Spec, Schedule]:
+    """Three devices that idle differently: A (4) on 0, B (1) on 1, C (2) on 1 and 2, D (3) on 2."""
+    blocks = (Block("A", Kind.FORWARD, (0,), 4, 0), Block("B", Kind.FORWARD, (1,), 1, 0),
+              Block("C", Kind.FORWARD, (1, 2), 2, 0), Block("D", Kind.FORWARD, (2,), 3, 0))
+    spec = Spec("uneven", 3, 4, blocks, (Edge("A", "B"), Edge("B", "C"), Edge("C", "D")), 2)
+    return spec, sequential(spec, 2)
+
+
+def test_total_bubble_counts_every_device_not_the_worst():
+    spec, sch = _uneven()
+    report = simulate(make_plan(spec, sch))
+    # Device 2 runs C:0, D:0 (7..10), then C:1 (10..12) and D:1 (12..15).
+    assert report.ok and report.makespan == 15
+    # Busy time per device straight from the slots: a multi-device block counts on each device.
+    busy = [0] * spec.devices
+    for s in sch.slots:
+        for d in spec.block(s.block).devices:
+            busy[d] += spec.block(s.block).time
+    assert busy == [8, 6, 10]
+    per = [1 - b / 15 for b in busy]
+    assert report.bubble_per_device == pytest.approx(per)
+    assert report.bubble == pytest.approx(1 - sum(busy) / (3 * 15))  # 21 of 45 device-time units idle
+    assert report.bubble == pytest.approx(7 / 15)
+    assert report.bubble != pytest.approx(max(per))  # the worst device (9/15) is not the total
+    assert report.to_json()["bubble"] == pytest.approx(7 / 15, abs=1e-6)
+
+
+def test_bubbles_formula_on_uneven_devices():
+    from tessel_dsl.simulator.metrics import bubbles
+
+    total, per = bubbles([8.0, 6.0, 10.0], 14.0)
+    assert per == pytest.approx((6 / 14, 8 / 14, 4 / 14))
+    assert total == pytest.approx(18 / 42)
+    assert bubbles([0.0, 0.0], 0.0) == (0.0, (0.0, 0.0))
+    assert bubbles([], 5.0) == (0.0, ())
+    assert bubbles([3.0, 1.0], 2.0) == (0.0, (0.0, 0.5))  # busy beyond the span never goes negative

@@ -90,3 +90,32 @@ def test_unwritable_output_is_a_clear_error_and_leaves_nothing(tmp_path):
     write_text_atomic(tmp_path / "ok.json", "{}")
     assert [p.name for p in tmp_path.iterdir()] == ["ok.json"]
     assert (tmp_path / "ok.json").stat().st_mode & 0o777 == 0o644
+
+
+def _free_start_before(spec, schedule: Schedule, block: str, mb: int, before: int) -> int:
+    """A start in [0, before) where `block` finds all its devices idle, other slots left as they are."""
+    devices = set(spec.block(block).devices)
+    t_block = spec.block(block).time
+    busy = [(s.start, s.end(spec)) for s in schedule.slots
+            if (s.block, s.mb) != (block, mb) and devices & set(spec.block(s.block).devices)]
+    for t in range(before):
+        if all(t + t_block <= a or t >= b for a, b in busy):
+            return t
+    raise AssertionError(f"no idle gap for {block}:{mb} before t={before}")
+
+
+@pytest.mark.parametrize("edge", range(5), ids=lambda i: f"edge{i}")
+def test_dependency_in_the_last_microbatch_is_checked(edge):
+    # Every rule but one holds in the broken schedule (spread out so there are idle gaps, the
+    # consumer moved into one), so only the dependency check of the last micro-batch can see it.
+    spec = vshape(devices=3, memory=3)
+    n = 4
+    e = spec.edges[edge]
+    spread = Schedule(n, tuple(sorted(Slot(s.start * 10, s.block, s.mb) for s in one_f_one_b(spec, n).slots)))
+    validate(spec, spread)
+    src = next(s for s in spread.slots if (s.block, s.mb) == (e.src, n - 1))
+    early = _free_start_before(spec, spread, e.dst, n - 1, src.end(spec))
+    broken = _moved(spread, e.dst, n - 1, early)
+    with pytest.raises(ScheduleError, match=rf"dependency broken: {e.dst}:{n - 1} starts at t={early} "
+                                            rf"on device \d but {e.src}:{n - 1} only ends at t={src.end(spec)}"):
+        validate(spec, broken)
