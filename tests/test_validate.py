@@ -119,3 +119,66 @@ def test_dependency_in_the_last_microbatch_is_checked(edge):
     with pytest.raises(ScheduleError, match=rf"dependency broken: {e.dst}:{n - 1} starts at t={early} "
                                             rf"on device \d but {e.src}:{n - 1} only ends at t={src.end(spec)}"):
         validate(spec, broken)
+
+
+def _error_line(message: str) -> str:
+    return next(line for line in message.splitlines() if "<-- ERROR HERE" in line)
+
+
+@pytest.mark.parametrize("edge", [0, 2, 4], ids=["F0->F1", "F2->B2", "B1->B0"])
+def test_dependency_error_marks_the_consumers_device_in_a_window(edge):
+    # A long schedule: the grid shows t-24..t+24 around the consumer's start, pointer on its device.
+    spec = vshape(devices=3, memory=3)
+    e = spec.edges[edge]
+    spread = Schedule(6, tuple(sorted(Slot(s.start * 10, s.block, s.mb) for s in one_f_one_b(spec, 6).slots)))
+    src = next(s for s in spread.slots if (s.block, s.mb) == (e.src, 3))
+    early = _free_start_before(spec, spread, e.dst, 3, src.end(spec))
+    with pytest.raises(ScheduleError) as info:
+        validate(spec, _moved(spread, e.dst, 3, early))
+    msg = str(info.value)
+    dev = spec.block(e.dst).devices[0]
+    assert _error_line(msg).startswith(f"dev{dev} | ") and _error_line(msg).endswith(f"(t={early})")
+    span = _moved(spread, e.dst, 3, early).makespan(spec)
+    assert f"\nt={max(0, early - 24)}..{min(span, early + 24)}\n" in msg
+
+
+def test_memory_error_marks_the_overflowing_device():
+    from tessel_dsl.ir import Block, Edge, Kind, Spec
+
+    # Only device 1 keeps memory, and it runs both forwards before a backward: 2 units > M=1.
+    blocks = (Block("A", Kind.FORWARD, (0,), 1, 0), Block("F1", Kind.FORWARD, (1,), 1, 1),
+              Block("B1", Kind.BACKWARD, (1,), 1, -1, forward="F1"))
+    spec = Spec("lopsided", 2, 1, blocks, (Edge("A", "F1"), Edge("F1", "B1")), 2)
+    orders = [[("A", 0), ("A", 1)], [("F1", 0), ("F1", 1), ("B1", 0), ("B1", 1)]]
+    sched = Schedule(2, compact(spec, orders=orders), name="lopsided")
+    with pytest.raises(ScheduleError, match=r"memory overflow on device 1 at t=2: F1:1 brings it to 2 > M=1") as info:
+        validate(spec, sched)
+    t = next(s.start for s in sched.slots if (s.block, s.mb) == ("F1", 1))
+    assert _error_line(str(info.value)).startswith("dev1 | ")
+    assert _error_line(str(info.value)).endswith(f"(t={t})")
+
+
+def test_unknown_blocks_are_named():
+    spec = vshape(devices=2, memory=2)
+    sched = one_f_one_b(spec, 2)
+    bad = Schedule(2, sched.slots + (Slot(50, "Zed", 0), Slot(60, "Ypsilon", 1)))
+    with pytest.raises(ScheduleError, match=r"names blocks the spec does not have: Ypsilon, Zed$"):
+        validate(spec, bad)
+
+
+@pytest.mark.parametrize("mb", [2, 3, -1])
+def test_microbatches_outside_the_range_are_named(mb):
+    spec = vshape(devices=2, memory=2)
+    sched = one_f_one_b(spec, 2)
+    bad = Schedule(2, sched.slots + (Slot(50, "F0", mb),))
+    with pytest.raises(ScheduleError, match=rf"F0:{mb} is outside micro-batches 0\.\.1$"):
+        validate(spec, bad)
+
+
+def test_negative_start_is_named():
+    spec = vshape(devices=2, memory=2)
+    sched = one_f_one_b(spec, 2)
+    shifted = Schedule(2, tuple(sorted(Slot(s.start - 3, s.block, s.mb) for s in sched.slots)))
+    # Every slot before t=3 is now negative; the earliest one is named.
+    with pytest.raises(ScheduleError, match=r"F0:0 starts at negative time -3$"):
+        validate(spec, shifted)

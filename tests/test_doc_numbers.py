@@ -1,0 +1,57 @@
+"""The numbers the docs quote are what the tool gives today (a sample; `bench/doc_numbers.py` checks all).
+
+When a change to the search moves these numbers, run `python bench/doc_numbers.py --write` and
+fix any drifted sentence it lists.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def doc_numbers():
+    spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "bench" / "doc_numbers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(doc_numbers, *argv):
+    return doc_numbers.run(doc_numbers.parser().parse_args(list(argv)))
+
+
+def test_search_table_rows_match_the_tool(doc_numbers):
+    # interleaved training is the row that once went stale; vshape inference is cheap and exact.
+    assert _run(doc_numbers, "--only", "search-d4", "--rows", "interleaved/train", "vshape/infer") == []
+
+
+def test_readme_check_output_and_search_claims_match_the_tool(doc_numbers):
+    assert _run(doc_numbers, "--only", "check-mshape", "readme-search-mshape", "search-end-resolve") == []
+
+
+def test_every_search_table_row_is_documented(doc_numbers):
+    text = doc_numbers.block_text(ROOT / "bench" / "RESULTS.md", "search-d4")
+    rows = {(r[0], r[1]) for r in doc_numbers.parse_table(text)}
+    assert rows == {(s, m) for s in doc_numbers.SPEC_NAMES for m in ("train", "infer")}
+    assert {p.stem for p in (ROOT / "specs").glob("*.tsl")} == set(doc_numbers.SPEC_NAMES)
+
+
+def test_a_drifted_number_is_reported(doc_numbers, tmp_path, monkeypatch):
+    # The check itself: a table cell and a claim that disagree with the tool are both named.
+    monkeypatch.setattr(doc_numbers, "ROOT", tmp_path)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "specs").symlink_to(ROOT / "specs")
+    table = doc_numbers.markdown_table(doc_numbers.SEARCH_HEAD, [
+        ["vshape", "infer", "4", "1", "1 = 1", "11 (27.3%)", "19 (15.8%)", "36 (8.6%)", "131 (2.3%)", "", ""]])
+    (tmp_path / "bench" / "RESULTS.md").write_text(f"<!-- numbers:search-d4 -->\n{table}\n<!-- /numbers:search-d4 -->\n")
+    (tmp_path / "docs" / "search.md").write_text("(interleaved D=4, N=8: 88 -> 76, the optimum)\n")
+    problems = _run(doc_numbers, "--only", "search-d4", "search-end-resolve", "--rows", "vshape/infer")
+    assert len(problems) == 2, problems
+    assert "vshape infer, N=32 makespan (bubble): docs say '36 (8.6%)', the tool gives '35 (8.6%)'" in problems[0]
+    assert "docs say 88 / 76, the tool gives 88 / 78" in problems[1]
