@@ -80,13 +80,30 @@ def scratch_copy(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
+SUBPACKAGES = ("simulator", "executor", "grammar")
+
+
+def installed_layout(dest: Path) -> None:
+    """Move simulator/, executor/ and grammar/ inside tessel_dsl/, as an install does: mutmut names
+    mutants by file path and must see `tessel_dsl.simulator.metrics`, the name tests import."""
+    for sub in SUBPACKAGES:
+        if (dest / sub).is_dir():
+            shutil.move(str(dest / sub), str(dest / "tessel_dsl" / sub))
+
+
+def mutated_path(target: Target) -> str:
+    """Where the target's module sits in the scratch copy."""
+    first = target.module.split("/", 1)[0]
+    return f"tessel_dsl/{target.module}" if first in SUBPACKAGES else target.module
+
+
 def configure(dest: Path, target: Target) -> None:
     toml_list = lambda xs: "[" + ", ".join(f'"{x}"' for x in xs) + "]"  # noqa: E731
     config = f"""
 [tool.mutmut]
-source_paths = ["tessel_dsl", "simulator", "executor"]
-only_mutate = {toml_list([target.module])}
-also_copy = ["grammar/", "specs/", "bench/"]
+source_paths = ["tessel_dsl"]
+only_mutate = {toml_list([mutated_path(target)])}
+also_copy = ["specs/", "bench/"]
 pytest_add_cli_args_test_selection = {toml_list(target.tests)}
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]
 """
@@ -110,10 +127,11 @@ def diff_line(dest: Path, mutant: str) -> str:
 def run_target(target: Target, args) -> dict:
     dest = Path(args.workdir) / target.name
     scratch_copy(dest)
+    installed_layout(dest)
     configure(dest, target)
     cmd = ["mutmut", "run", "--max-children", str(args.jobs)]
     if target.functions:
-        prefix = target.module[:-3].replace("/", ".")
+        prefix = mutated_path(target)[:-3].replace("/", ".")
         cmd += [f"{prefix}.{f}" for f in target.functions]
     t0 = time.process_time()
     wall = time.perf_counter()
@@ -122,7 +140,7 @@ def run_target(target: Target, args) -> dict:
     log.write_text(proc.stdout + proc.stderr)
     found = results(dest)
     if target.functions:
-        pats = [re.compile(re.escape(target.module[:-3].replace("/", ".")) + r"\." + re.escape(f).replace(r"\*", ".*"))
+        pats = [re.compile(re.escape(mutated_path(target)[:-3].replace("/", ".")) + r"\." + re.escape(f).replace(r"\*", ".*"))
                 for f in target.functions]
         found = {k: v for k, v in found.items() if any(p.fullmatch(k) for p in pats)}
     counts: dict[str, int] = {}

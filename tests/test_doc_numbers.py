@@ -28,6 +28,7 @@ def _run(doc_numbers, *argv):
 def test_search_table_rows_match_the_tool(doc_numbers):
     # interleaved training is the row that once went stale; vshape inference is cheap and exact.
     assert _run(doc_numbers, "--only", "search-d4", "--rows", "interleaved/train", "vshape/infer") == []
+    assert _run(doc_numbers, "--only", "search-d8", "--rows", "kshape/infer") == []
 
 
 def test_readme_check_output_and_search_claims_match_the_tool(doc_numbers):
@@ -35,9 +36,10 @@ def test_readme_check_output_and_search_claims_match_the_tool(doc_numbers):
 
 
 def test_every_search_table_row_is_documented(doc_numbers):
-    text = doc_numbers.block_text(ROOT / "bench" / "RESULTS.md", "search-d4")
-    rows = {(r[0], r[1]) for r in doc_numbers.parse_table(text)}
-    assert rows == {(s, m) for s in doc_numbers.SPEC_NAMES for m in ("train", "infer")}
+    for block in ("search-d4", "search-d8"):
+        text = doc_numbers.block_text(ROOT / "bench" / "RESULTS.md", block)
+        rows = {(r[0], r[1]) for r in doc_numbers.parse_table(text)}
+        assert rows == {(s, m) for s in doc_numbers.SPEC_NAMES for m in ("train", "infer")}, block
     assert {p.stem for p in (ROOT / "specs").glob("*.tsl")} == set(doc_numbers.SPEC_NAMES)
 
 

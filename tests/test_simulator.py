@@ -188,3 +188,91 @@ def test_bubbles_formula_on_uneven_devices():
     assert bubbles([0.0, 0.0], 0.0) == (0.0, (0.0, 0.0))
     assert bubbles([], 5.0) == (0.0, ())
     assert bubbles([3.0, 1.0], 2.0) == (0.0, (0.0, 0.5))  # busy beyond the span never goes negative
+
+
+def test_bubbles_below_one_time_unit():
+    from tessel_dsl.simulator.metrics import bubbles
+
+    total, per = bubbles([0.25, 0.5], 0.5)
+    assert total == pytest.approx(0.25) and per == pytest.approx((0.5, 0.0))
+
+
+# Gaps between consecutive starts of block A: micro-batch k+1 starts gaps[k] after k. Only the
+# middle half counts: gaps of micro-batches N//4 .. 3N//4 - 1 (hand-worked expected medians).
+@pytest.mark.parametrize("gaps, expected", [
+    ([5, 7], 6.0),                            # N=3: gaps 0, 1
+    ([9, 2, 4], 3.0),                         # N=4: gaps 1, 2
+    ([9, 2, 4, 8], 3.0),                      # N=5: gaps 1, 2
+    ([9, 9, 1, 2, 3, 4, 9], 2.5),             # N=8: gaps 2..5
+    ([9, 9, 9, 1, 2, 3, 7, 8, 9, 9, 9], 5.0),  # N=12: gaps 3..8
+])
+def test_steady_period_uses_the_middle_half(gaps, expected):
+    from tessel_dsl.simulator.metrics import steady_period
+
+    starts, t = {("A", 0): 0.0}, 0.0
+    for mb, g in enumerate(gaps, start=1):
+        t += g
+        starts[("A", mb)] = t
+    assert steady_period(starts, len(gaps) + 1) == expected
+
+
+def test_steady_period_skips_missing_starts_and_may_find_nothing():
+    from tessel_dsl.simulator.metrics import steady_period
+
+    starts = {("A", mb): 4.0 * mb for mb in range(8)}
+    del starts[("A", 3)]  # gaps 2->3 and 3->4 are unknown; 4->5 is the only other one
+    assert steady_period(starts, 8) == 4.0
+    assert steady_period({("A", 0): 0.0}, 8) is None  # no gap in the window at all
+    assert steady_period({}, 3) is None
+
+
+def test_drift_against_the_plan():
+    from tessel_dsl.simulator.metrics import drift
+
+    sch = Schedule(1, (Slot(0, "A", 0), Slot(0, "C", 0), Slot(2, "B", 0), Slot(6, "D", 0)))
+    starts = {("A", 0): 0.0, ("B", 0): 2.5, ("C", 0): 1e-9, ("D", 0): 9.0}
+    worst, mean, moved = drift(starts, sch)
+    assert worst == 3.0
+    assert mean == pytest.approx((0 + 0.5 + 1e-9 + 3.0) / 4)
+    assert moved == 2  # 1e-9 is not a move
+    assert drift(starts, None) is None and drift(starts, Schedule(0, ())) is None
+    assert drift({}, sch) is None
+
+
+def _pair():
+    blocks = (Block("A", Kind.FORWARD, (0,), 1, 0), Block("B", Kind.FORWARD, (1,), 1, 0),
+              Block("C", Kind.OTHER, (1,), 10, 0))
+    from tessel_dsl.ir import Tensor
+
+    return Spec("pair", 2, 4, blocks, (Edge("A", "B", Tensor((100,), "u8")),))
+
+
+def test_exposed_comm_counts_the_sender_side():
+    # A blocking sender waits for the whole transfer (t=1..3) while the non-blocking receiver is
+    # busy with C: the transfer is exposed on the sender's side only, and still counts as exposed.
+    from tessel_dsl.ir import Link
+
+    spec = _pair()
+    p0 = Program(0, (Action(Op.COMPUTE, "A", 0), Action(Op.SEND, "A", 0, (1,))), blocking=True)
+    p1 = Program(1, (Action(Op.RECV, "A", 0, (0,)), Action(Op.COMPUTE, "C", 0),
+                     Action(Op.WAIT, "A", 0, (0,)), Action(Op.COMPUTE, "B", 0)))
+    report = simulate((spec, (p0, p1)), link=Link(2.0, 0.0))
+    assert report.ok and report.wait_per_device == (2.0, 0.0)
+    assert (report.comm_total, report.comm_exposed, report.comm_hidden) == (2.0, 2.0, 0.0)
+
+
+def test_makespan_includes_a_trailing_comm_wait_and_a_stuck_device():
+    from tessel_dsl.ir import Link
+
+    spec = _pair()
+    # Device 0's blocking send waits until device 1 receives after C (10) plus 2: its last compute
+    # ends at 1, yet the iteration ends at 12.
+    p0 = Program(0, (Action(Op.COMPUTE, "A", 0), Action(Op.SEND, "A", 0, (1,))), blocking=True)
+    p1 = Program(1, (Action(Op.COMPUTE, "C", 0), Action(Op.RECV, "A", 0, (0,))), blocking=True)
+    report = simulate((spec, (p0, p1)), link=Link(2.0, 0.0))
+    assert report.ok and report.makespan == 12
+    # A device stuck on a receive that never comes: the makespan is where it got to (A ends at 1).
+    stuck = (Program(0, (Action(Op.COMPUTE, "A", 0), Action(Op.RECV, "C", 0, (1,)), Action(Op.WAIT, "C", 0, (1,)))),
+             Program(1, ()))
+    report = simulate((spec, stuck))
+    assert not report.ok and report.deadlock is not None and report.makespan == 1

@@ -93,12 +93,12 @@ def test_unwritable_output_is_a_clear_error_and_leaves_nothing(tmp_path):
 
 
 def _free_start_before(spec, schedule: Schedule, block: str, mb: int, before: int) -> int:
-    """A start in [0, before) where `block` finds all its devices idle, other slots left as they are."""
+    """The latest start in [0, before) where `block` finds all its devices idle, other slots left as they are."""
     devices = set(spec.block(block).devices)
     t_block = spec.block(block).time
     busy = [(s.start, s.end(spec)) for s in schedule.slots
             if (s.block, s.mb) != (block, mb) and devices & set(spec.block(s.block).devices)]
-    for t in range(before):
+    for t in reversed(range(before)):
         if all(t + t_block <= a or t >= b for a, b in busy):
             return t
     raise AssertionError(f"no idle gap for {block}:{mb} before t={before}")
