@@ -38,27 +38,12 @@ SPEC_NAMES = ("interleaved", "kshape", "mshape", "nnshape", "vshape", "xshape", 
 
 # ---- the D=4 search table -------------------------------------------------------------------
 
-@contextlib.contextmanager
-def deterministic():
-    """The end re-solve's wall-clock cap lifted, so only the deterministic solver budgets bound the
-    search: on a loaded machine the cap (`refine.REFINE_SECONDS`) can stop the re-solve early and
-    change a makespan (interleaved D=4 at N=16: 152 instead of 142), which no table could pin."""
-    from tessel_dsl.search import refine
-
-    saved = refine.REFINE_SECONDS
-    refine.REFINE_SECONDS = None
-    try:
-        yield
-    finally:
-        refine.REFINE_SECONDS = saved
-
-
 SEARCH_HEAD = (["spec", "mode", "D", "N_R", "period / LB"] + [f"N={n} makespan (bubble)" for n in SIZES]
                + [f"TO, N={n} (gap)" for n in TO_SIZES])
 
 
 def search_row(spec_name: str, mode: str, devices: int, to_limit: float | None) -> list[str]:
-    """One row: the search for N=8 (no time limit: every budget is deterministic), re-extended to
+    """One row: the search for N=8 (no time limit, so the search is deterministic), re-extended to
     the larger N as `tessel simulate -n` does, and TO at N=8 and 16 when `to_limit` is given
     (cells left empty otherwise; `?` marks a TO not proven optimal within the limit)."""
     from tessel_dsl.lang.parser import parse_file
@@ -66,9 +51,8 @@ def search_row(spec_name: str, mode: str, devices: int, to_limit: float | None) 
     from tessel_dsl.search.optimal import OptimalTimeout, optimal
 
     spec = parse_file(ROOT / "specs" / f"{spec_name}.tsl", sets={"D": str(devices)}, mode=mode)
-    with deterministic():
-        result = search(spec, microbatches=SIZES[0])
-        schedules = {n: result.schedule if n == SIZES[0] else reextend(spec, result.schedule, n) for n in SIZES}
+    result = search(spec, microbatches=SIZES[0])
+    schedules = {n: result.schedule if n == SIZES[0] else reextend(spec, result.schedule, n) for n in SIZES}
     info = result.info
     rel = "=" if info.period == info.lower_bound else ">"
     cells = [spec_name, mode, str(devices), str(info.nr), f"{info.period} {rel} {info.lower_bound}"]
@@ -200,8 +184,7 @@ def interleaved_note() -> tuple[str, ...]:
     from tessel_dsl.search.driver import search
 
     spec = parse_file(ROOT / "specs" / "interleaved.tsl", sets={"D": "4"})
-    with deterministic():
-        info = search(spec, microbatches=8).info
+    info = search(spec, microbatches=8).info
     m = re.search(r"from (\d+) to (\d+)", info.note or "")
     return (m.group(1), m.group(2)) if m else ("(no end re-solve)", "")
 
@@ -210,8 +193,7 @@ def mshape_period() -> tuple[str, ...]:
     from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.search.driver import search
 
-    with deterministic():
-        info = search(parse_file(ROOT / "specs" / "mshape.tsl")).info
+    info = search(parse_file(ROOT / "specs" / "mshape.tsl")).info
     return str(info.period), str(info.lower_bound)
 
 

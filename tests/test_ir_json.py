@@ -133,3 +133,56 @@ def test_baseline_plan_json_loads_unchanged(tmp_path):
 
     data = _baseline_plan_json()
     assert plan_to_json(plan_from_json(data)) == data
+
+
+# The codec on its own: every branch's result and the path and wording of every error.
+
+def _error(cls, data, *path):
+    with pytest.raises(PlanError) as info:
+        from_json(cls, data, *path)
+    return str(info.value)
+
+
+def test_codec_scalars_and_their_errors():
+    assert from_json(int, 3) == 3 and from_json(str, "a") == "a" and from_json(bool, True) is True
+    assert from_json(float, 2) == 2.0 and isinstance(from_json(float, 2), float)
+    assert _error(int, "3") == "$: expected int, got str"  # the root path is "$"
+    assert _error(float, "x", "$.t") == "$.t: expected a number, got str"
+    assert _error(bool, 1, "$.b") == "$.b: expected bool, got int"
+    assert _error(bytes, b"", "$.z") == "$.z: cannot decode type <class 'bytes'>"
+
+
+def test_codec_unions():
+    import typing
+
+    assert from_json(int | None, None) is None and from_json(typing.Optional[int], 4) == 4
+    assert from_json(typing.Union[None, int], 5) == 5  # None listed first is skipped, not the end
+    assert from_json(int | str, "s") == "s"
+    assert _error(int | None, "x", "$.a") == "$.a: expected int, got str"
+    assert _error(int | str, 1.5, "$.a") == ("$.a: no variant matched ($.a: expected int, got float; "
+                                             "$.a: expected str, got float)")
+
+
+def test_codec_containers():
+    assert from_json(tuple[int, str], [1, "a"]) == (1, "a")
+    assert from_json(tuple[int, ...], [1, 2, 3]) == (1, 2, 3)
+    assert from_json(dict[str, int], {"a": 1}) == {"a": 1}
+    assert _error(tuple[int, str], [1, "a", 2], "$.p") == "$.p: expected 2 items, got 3"
+    assert _error(tuple[int, ...], {"a": 1}, "$.p") == "$.p: expected a list, got dict"
+    assert _error(tuple[int, ...], [1, "x"], "$.p") == "$.p[1]: expected int, got str"
+    assert _error(tuple[int, str], [1, 2], "$.p") == "$.p[1]: expected str, got int"
+    assert _error(dict[str, int], [], "$.d") == "$.d: expected an object, got list"
+    assert _error(dict[str, int], {"k": "v"}, "$.d") == "$.d.k: expected int, got str"
+
+
+def test_codec_dataclasses_and_enums():
+    from tessel_dsl.ir import Block, Kind
+
+    data = {"name": "F0", "kind": "forward", "devices": [0], "time": 1, "memory": 1}
+    assert from_json(Block, data) == Block("F0", Kind.FORWARD, (0,), 1, 1)  # `forward` has a default
+    assert _error(Block, [], "$.b") == "$.b: expected an object for Block, got list"
+    assert _error(Block, {"name": "F0"}, "$.b") == "$.b: missing field 'kind' of Block"
+    assert _error(Block, dict(data, colour=1, size=2), "$.b") == "$.b: unknown field(s) ['colour', 'size'] for Block"
+    assert _error(Block, dict(data, time="1"), "$.b") == "$.b.time: expected int, got str"
+    assert _error(Kind, "sideways", "$.k") == "$.k: 'sideways' is not one of ['forward', 'backward', 'input_grad', " \
+                                               "'weight_grad', 'other']"
