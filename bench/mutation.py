@@ -46,7 +46,7 @@ TARGETS = (
            what="the independent schedule validator"),
     Target("serialize", "tessel_dsl/serialize.py", ("tests/test_ir_json.py",),
            what="IR <-> JSON codec behind plan loading"),
-    Target("plan", "tessel_dsl/plan.py", ("tests/test_ir_json.py",),
+    Target("plan", "tessel_dsl/plan.py", ("tests/test_ir_json.py", "tests/test_plan_check.py"),
            what="plan files: schema, version, load/save"),
     Target("lower", "tessel_dsl/lower.py", ("tests/test_lower.py",),
            what="send/recv pairing, non-blocking waits"),

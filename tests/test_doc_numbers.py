@@ -6,6 +6,7 @@ fix any drifted sentence it lists.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def doc_numbers():
     spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "bench" / "doc_numbers.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["doc_numbers"] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    return module
+    yield module
+    sys.modules.pop("doc_numbers", None)
 
 
 def _run(doc_numbers, *argv):

@@ -186,3 +186,13 @@ def test_codec_dataclasses_and_enums():
     assert _error(Block, dict(data, time="1"), "$.b") == "$.b.time: expected int, got str"
     assert _error(Kind, "sideways", "$.k") == "$.k: 'sideways' is not one of ['forward', 'backward', 'input_grad', " \
                                                "'weight_grad', 'other']"
+
+
+def test_codec_dict_keys_and_ignored_fields():
+    from tessel_dsl.ir import Block
+
+    assert to_json({1: (2, 3)}) == {"1": [2, 3]}
+    assert _error(dict[int, int], {"a": 1}, "$.d") == "$.d: expected int, got str"
+    # A field left out of equality (a block's source span) is never written and ignored if present.
+    data = {"name": "F0", "kind": "forward", "devices": [0], "time": 1, "memory": 1, "span": "line 3"}
+    assert from_json(Block, data).span is None

@@ -140,3 +140,53 @@ def test_missing_consumer_is_a_schedule_error():
     spec = vshape(2, 2)
     with pytest.raises(ScheduleError, match="not its consumer F1:0"):
         lower(spec, Schedule(1, (Slot(0, "F0", 0),)))
+
+
+def _fanout(size_b: int, size_c: int) -> Spec:
+    """A on device 0 feeds B on 1 and C on 2 with tensors of the given byte sizes; A keeps 5 units."""
+    blocks = (Block("A", Kind.FORWARD, (0,), 1, 5), Block("B", Kind.FORWARD, (1,), 1, 0),
+              Block("C", Kind.FORWARD, (2,), 1, 0))
+    edges = (Edge("A", "B", Tensor((size_b,), "u8")), Edge("A", "C", Tensor((size_c,), "u8")))
+    return Spec("fanout", 3, 8, blocks, edges)
+
+
+def test_tensor_bytes_per_destination_and_in_total():
+    spec = _fanout(300, 40)
+    assert tensor_bytes(spec, "A", 1) == 300 and tensor_bytes(spec, "A", 2) == 40
+    assert tensor_bytes(spec, "A") == 300  # any consumer: the largest declared tensor, not A's memory
+    assert tensor_bytes(spec, "A", 0) == 5  # no declared tensor goes there: the memory delta stands in
+    assert tensor_bytes(_fanout(1, 0), "A", 1) == 1 and tensor_bytes(_fanout(1, 0), "A", 2) == 1  # never 0
+
+
+def test_lower_names_unknown_and_duplicate_blocks():
+    spec = vshape(2, 2)
+    sched = one_f_one_b(spec, 2)
+    with pytest.raises(ScheduleError, match=r"^schedule names block 'Zed', which the spec does not declare$"):
+        lower(spec, Schedule(2, sched.slots + (Slot(40, "Zed", 0),)))
+    with pytest.raises(ScheduleError, match=r"^F1:1 is scheduled twice$"):
+        lower(spec, Schedule(2, sched.slots + (Slot(40, "F1", 1),)))
+
+
+def test_non_blocking_receive_is_posted_when_the_producer_starts():
+    # B on device 1 consumes A (device 0, t=0..1); device 1 computes C (t=0..10) meanwhile. The
+    # receive goes before C so the transfer overlaps it; blocking mode receives after C.
+    blocks = (Block("A", Kind.FORWARD, (0,), 1, 0), Block("B", Kind.FORWARD, (1,), 1, 0),
+              Block("C", Kind.OTHER, (1,), 10, 0))
+    spec = Spec("pair", 2, 4, blocks, (Edge("A", "B", Tensor((100,), "u8")),))
+    sch = Schedule(1, (Slot(0, "A", 0), Slot(0, "C", 0), Slot(10, "B", 0)))
+    assert programs_text(lower(spec, sch)) == "dev0: A:0 SEND A:0>1\ndev1: RECV A:0<0 C:0 WAIT A:0<0 B:0"
+    assert programs_text(lower(spec, sch, blocking=True)) == "dev0: A:0 SEND A:0>1\ndev1: C:0 RECV A:0<0 B:0"
+
+
+@pytest.mark.parametrize("n", [4, 8])
+@pytest.mark.parametrize("blocking", [False, True])
+def test_every_send_directly_follows_its_producer(n, blocking):
+    # A tensor is sent as soon as it exists: no other compute between its producer and the send.
+    spec = vshape(4, 4)
+    for p in lower(spec, one_f_one_b(spec, n), blocking=blocking):
+        last_compute = None
+        for a in p.actions:
+            if a.op is Op.COMPUTE:
+                last_compute = (a.block, a.mb)
+            elif a.op is Op.SEND:
+                assert last_compute == (a.block, a.mb), (p.device, str(a))

@@ -276,3 +276,7 @@ def test_makespan_includes_a_trailing_comm_wait_and_a_stuck_device():
              Program(1, ()))
     report = simulate((spec, stuck))
     assert not report.ok and report.deadlock is not None and report.makespan == 1
+    # Stuck before computing anything, next to a device with nothing to do: nothing ran at all.
+    at_once = (Program(0, (Action(Op.RECV, "C", 0, (1,)), Action(Op.WAIT, "C", 0, (1,)))), Program(1, ()))
+    report = simulate((spec, at_once))
+    assert not report.ok and report.makespan == 0
