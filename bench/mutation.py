@@ -12,7 +12,8 @@ score, and every survivor as a one-line diff. Run one target at a time on a smal
     python bench/mutation.py --all                      # every target, smallest first
 
 The score counts killed (a test failed) and timeouts as caught; "no tests" (no selected test ran
-the mutated function) and "suspicious" count as not caught.
+the mutated function), "suspicious" and "not checked" (a run stopped before reaching it) count as
+not caught; `--report` reads an interrupted run's state without running anything.
 """
 from __future__ import annotations
 
@@ -126,18 +127,20 @@ def diff_line(dest: Path, mutant: str) -> str:
 
 def run_target(target: Target, args) -> dict:
     dest = Path(args.workdir) / target.name
-    scratch_copy(dest)
-    installed_layout(dest)
-    configure(dest, target)
-    cmd = ["mutmut", "run", "--max-children", str(args.jobs)]
-    if target.functions:
-        prefix = mutated_path(target)[:-3].replace("/", ".")
-        cmd += [f"{prefix}.{f}" for f in target.functions]
-    t0 = time.process_time()
     wall = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=dest, capture_output=True, text=True)
     log = dest / "mutmut-run.log"
-    log.write_text(proc.stdout + proc.stderr)
+    rc = 0
+    if not args.report:
+        scratch_copy(dest)
+        installed_layout(dest)
+        configure(dest, target)
+        cmd = ["mutmut", "run", "--max-children", str(args.jobs)]
+        if target.functions:
+            prefix = mutated_path(target)[:-3].replace("/", ".")
+            cmd += [f"{prefix}.{f}" for f in target.functions]
+        proc = subprocess.run(cmd, cwd=dest, capture_output=True, text=True)
+        log.write_text(proc.stdout + proc.stderr)
+        rc = proc.returncode
     found = results(dest)
     if target.functions:
         pats = [re.compile(re.escape(mutated_path(target)[:-3].replace("/", ".")) + r"\." + re.escape(f).replace(r"\*", ".*"))
@@ -151,7 +154,7 @@ def run_target(target: Target, args) -> dict:
     survivors = sorted(k for k, v in found.items() if v not in CAUGHT)
     return {"target": target, "counts": counts, "total": total, "caught": caught,
             "score": caught / total if total else None, "survivors": survivors, "dest": dest,
-            "wall": time.perf_counter() - wall, "rc": proc.returncode, "log": log}
+            "wall": time.perf_counter() - wall, "rc": rc, "log": log}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="mutants tested at once (mutmut --max-children)")
     ap.add_argument("--workdir", default="/tmp/tessel-mutation", help="scratch folder (one copy per target)")
     ap.add_argument("--show-survivors", action="store_true", help="print each survivor's diff")
+    ap.add_argument("--report", action="store_true",
+                    help="no new run: report what the last (possibly interrupted) run left in --workdir")
     args = ap.parse_args(argv)
     if args.list:
         for t in TARGETS:

@@ -196,3 +196,43 @@ def test_codec_dict_keys_and_ignored_fields():
     # A field left out of equality (a block's source span) is never written and ignored if present.
     data = {"name": "F0", "kind": "forward", "devices": [0], "time": 1, "memory": 1, "span": "line 3"}
     assert from_json(Block, data).span is None
+
+
+# Plan files on disk: each way a file can fail to be a plan names the file and the problem.
+
+def test_load_plan_errors_name_the_file(tmp_path):
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text('{"schema": ')
+    with pytest.raises(PlanError, match=rf"^{bad_json}:1:12: invalid JSON: Expecting value$"):
+        load_plan(bad_json)
+    nan = tmp_path / "nan.json"
+    nan.write_text('{"schema": "tessel-plan", "version": 1, "x": NaN}')
+    with pytest.raises(PlanError, match=rf"^{nan}: invalid plan: NaN is not a number a plan may hold$"):
+        load_plan(nan)
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(PlanError, match=rf"^{binary}: not a plan: byte 7 is not UTF-8 text$"):
+        load_plan(binary)
+    other = tmp_path / "other.json"
+    other.write_text('{"schema": "something-else"}')
+    with pytest.raises(PlanError, match=rf"^{other}: not a Tessel plan"):
+        load_plan(other)
+    with pytest.raises(PlanError, match=rf"^{tmp_path}: cannot read plan: Is a directory$"):
+        load_plan(tmp_path)
+    with pytest.raises(PlanError, match=r"cannot read plan: embedded null byte$"):
+        load_plan(str(tmp_path / "a\0b.json"))
+
+
+def test_load_plan_size_limit(tmp_path, monkeypatch):
+    import tessel_dsl.plan as plan_mod
+
+    monkeypatch.setattr(plan_mod, "MAX_PLAN_BYTES", 2 << 20)
+    at_limit = tmp_path / "at.json"
+    at_limit.write_bytes(b" " * (2 << 20))
+    with pytest.raises(PlanError) as info:
+        load_plan(at_limit)
+    assert "at most" not in str(info.value)  # exactly the limit is read (and then is no plan)
+    over = tmp_path / "over.json"
+    over.write_bytes(b" " * ((2 << 20) + 1))
+    with pytest.raises(PlanError, match=rf"^{over}: a plan file is at most 2 MiB$"):
+        load_plan(over)
