@@ -236,3 +236,27 @@ def test_load_plan_size_limit(tmp_path, monkeypatch):
     over.write_bytes(b" " * ((2 << 20) + 1))
     with pytest.raises(PlanError, match=rf"^{over}: a plan file is at most 2 MiB$"):
         load_plan(over)
+
+
+def test_plan_from_json_messages():
+    from tessel_dsl.plan import plan_from_json
+
+    with pytest.raises(PlanError, match=r'^<plan>: not a Tessel plan \(missing "schema": "tessel-plan"\)$'):
+        plan_from_json({})
+    data = _baseline_plan_json()
+    with pytest.raises(PlanError, match=rf"^<plan>: plan version 7 is not supported \(this tool reads version {VERSION}\)$"):
+        plan_from_json(dict(data, version=7))
+    data["spec"]["devices"] = "two"
+    with pytest.raises(PlanError, match=r"^x\.json: plan\.spec\.devices: expected int, got str$"):
+        plan_from_json(data, "x.json")
+
+
+def test_saved_plan_is_indented_json_ending_in_a_newline(tmp_path):
+    from tessel_dsl.plan import plan_from_json, save_plan
+
+    data = _baseline_plan_json()
+    path = tmp_path / "p.json"
+    save_plan(plan_from_json(data), path)
+    text = path.read_text()
+    assert text.endswith("}\n") and text.splitlines()[1] == ' "schema": "tessel-plan",'  # one space a level
+    assert json.loads(text) == data

@@ -136,3 +136,38 @@ def test_unrolled_peak_of_1f1b():
     starts = {"F0": 0, "B0": 1, "F1": 0, "B1": 1, "F2": 0, "B2": 1, "F3": 0, "B3": 1}
     rep = Repetend(4, 3, tuple(sorted(Slot(starts[b], b, r) for b, r in offsets.items())))
     assert unrolled_peak(spec, rep) == [4, 3, 2, 1]
+
+
+# The enumeration's cheap memory pruning must never drop a candidate that fits: at the boundary
+# (every level exactly M) it keeps it, one unit more and it prunes.
+ONE_F_ONE_B = {"F0": 3, "F1": 2, "F2": 1, "F3": 0, "B3": 0, "B2": 0, "B1": 0, "B0": 0}
+
+
+def test_memory_pruning_keeps_exact_fits_and_drops_overflows():
+    from tessel_dsl.search.repetend import memory_ok
+
+    # Device 0 enters 1F1B's repetend holding 3 units; releasing B0 first keeps it at 3.
+    assert memory_ok(vshape(devices=4, memory=3), ONE_F_ONE_B)
+    assert not memory_ok(vshape(devices=4, memory=2), ONE_F_ONE_B)
+
+
+def test_memory_pruning_counts_allocations_without_releases():
+    from tessel_dsl.search.repetend import memory_ok
+
+    # Device 0 runs two blocks that each keep 1 unit and free nothing (memory grows per
+    # micro-batch): entering with 1 unit, M=2 cannot take both allocations.
+    blocks = (Block("A", Kind.FORWARD, (0,), 1, 1), Block("C", Kind.FORWARD, (0,), 1, 1))
+    spec = Spec("leaky", 1, 2, blocks, (Edge("A", "C"),))
+    assert not memory_ok(spec, {"A": 1, "C": 0})
+    assert memory_ok(spec, {"A": 0, "C": 0})
+    assert memory_ok(Spec("leaky", 1, 3, blocks, (Edge("A", "C"),)), {"A": 1, "C": 0})
+
+
+def test_nr_limit_bounds():
+    from tessel_dsl.search.repetend import nr_limit
+
+    assert nr_limit(vshape(devices=4, memory=1)) == 1  # one micro-batch at a time
+    assert nr_limit(vshape(devices=4, memory=4)) == 4
+    no_memory = Spec("free", 2, 1, (Block("A", Kind.FORWARD, (0,), 1, 0), Block("C", Kind.FORWARD, (1,), 1, 0)),
+                     (Edge("A", "C"),))
+    assert nr_limit(no_memory) == 2  # nothing allocates: at most one copy of each block in flight
