@@ -260,10 +260,11 @@ def test_chimera_that_does_not_fit_memory_is_not_applicable():
 
 # Which baselines apply to each shipped spec (the same in both modes unless listed twice): 1F1B
 # needs a chain with stage i on device i, 1F1B+ additionally allows blocks on every device around
-# such a chain, Chimera needs two opposite chains, GPipe runs anything. Zero-bubble training splits
-# each backward into two blocks (no chain); its inference is a plain V-shape.
+# such a chain, Chimera needs two opposite chains, interleaved 1F1B needs looped stages, GPipe runs
+# anything. Zero-bubble training splits each backward into two blocks (no chain); its inference is
+# a plain V-shape.
 SHIPPED_APPLICABLE = {
-    "interleaved": {"gpipe"},
+    "interleaved": {"gpipe", "interleaved-1f1b"},
     "kshape": {"gpipe"},
     "mshape": {"gpipe", "1f1b+"},
     "nnshape": {"gpipe", "1f1b+"},
