@@ -149,6 +149,8 @@ def test_codec_scalars_and_their_errors():
     assert _error(int, "3") == "$: expected int, got str"  # the root path is "$"
     assert _error(float, "x", "$.t") == "$.t: expected a number, got str"
     assert _error(bool, 1, "$.b") == "$.b: expected bool, got int"
+    assert _error(int, True, "$.i") == "$.i: expected int, got bool"  # JSON true is no number
+    assert _error(float, False, "$.f") == "$.f: expected a number, got bool"
     assert _error(bytes, b"", "$.z") == "$.z: cannot decode type <class 'bytes'>"
 
 

@@ -190,3 +190,14 @@ def test_every_send_directly_follows_its_producer(n, blocking):
                 last_compute = (a.block, a.mb)
             elif a.op is Op.SEND:
                 assert last_compute == (a.block, a.mb), (p.device, str(a))
+
+
+def test_lower_refuses_a_consumer_before_its_input_with_a_marked_grid():
+    spec = vshape(2, 2)
+    sched = one_f_one_b(spec, 2)
+    early = Schedule(2, tuple(sorted(Slot(0, s.block, s.mb) if (s.block, s.mb) == ("F1", 1) else s for s in sched.slots)))
+    with pytest.raises(ScheduleError) as info:
+        lower(spec, early)
+    msg = str(info.value)
+    assert msg.startswith("F1:1 starts at t=0 before its input F0:1 ends at t=2")
+    assert "dev1 | " in msg and msg.rstrip().endswith("<-- ERROR HERE (t=0)")

@@ -171,3 +171,20 @@ def test_nr_limit_bounds():
     no_memory = Spec("free", 2, 1, (Block("A", Kind.FORWARD, (0,), 1, 0), Block("C", Kind.FORWARD, (1,), 1, 0)),
                      (Edge("A", "C"),))
     assert nr_limit(no_memory) == 2  # nothing allocates: at most one copy of each block in flight
+
+
+def test_nr_limit_is_the_in_flight_limit_when_blocks_are_few():
+    from tessel_dsl.search.repetend import nr_limit
+
+    # Two blocks, room for ten micro-batches: the in-flight limit (10), not the block count (2).
+    spec = Spec("one", 1, 10, (Block("F", Kind.FORWARD, (0,), 1, 1), Block("B", Kind.BACKWARD, (0,), 1, -1, forward="F")),
+                (Edge("F", "B"),))
+    assert nr_limit(spec) == 10
+
+
+def test_memory_pruning_with_devices_that_hold_nothing():
+    from tessel_dsl.search.repetend import memory_ok
+
+    spec = Spec("zero", 2, 1, (Block("A", Kind.FORWARD, (0,), 1, 0), Block("C", Kind.FORWARD, (1,), 1, 0)),
+                (Edge("A", "C"),))
+    assert memory_ok(spec, {"A": 1, "C": 0})
