@@ -52,11 +52,16 @@ def test_installing_adds_one_top_level_name(tmp_path):
     where = _installed_location(tmp_path)
     if where is None or REPO in where.parents:
         pytest.skip("needs a non-editable install (CI makes one)")
-    from importlib.metadata import distribution
-
-    files = distribution("tessel-dsl").files or []
-    tops = {f.parts[0] for f in files if len(f.parts) > 1 and not f.parts[0].endswith(".dist-info")
-            and f.parts[0] not in ("..", "bin", "Scripts")}
+    # Read the installed distribution's record from outside the repository: from inside it, the
+    # build's leftover tessel_dsl.egg-info in the source tree would be found first.
+    probe = subprocess.run(
+        [sys.executable, "-c", "import json; from importlib.metadata import distribution; "
+         "print(json.dumps([f.parts for f in distribution('tessel-dsl').files or []]))"],
+        cwd=tmp_path, capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    files = json.loads(probe.stdout)
+    tops = {f[0] for f in files if len(f) > 1 and not f[0].endswith(".dist-info")
+            and f[0] not in ("..", "bin", "Scripts")}
     assert tops == {"tessel_dsl"}, tops
     for name in ("executor", "simulator"):
         probe = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=tmp_path, capture_output=True, text=True)
