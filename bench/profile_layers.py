@@ -14,7 +14,9 @@ runs on, in bf16, of:
 
 The configurations take the published shapes of Llama 2 (Touvron et al. 2023, Table 1 and the
 released configs: hidden 4096 / 5120 / 8192, 32 / 40 / 64 heads, 32 / 40 / 80 layers, vocabulary
-32,000). Prints a table and the per-stage sums for an even split over 8 and 16 stages.
+32,000) and Llama 3's larger vocabulary; the layer is the shipped GPT's (multi-head attention and a
+GELU MLP of 4x width), not Llama's own, so the figures are of that layer at those shapes. Prints a
+table and the per-stage sums for an even split over 8 and 16 stages.
 """
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ CONFIGS = {  # hidden, heads, layers, vocab (Llama 2, Touvron et al. 2023)
     "7b": (4096, 32, 32, 32000),
     "13b": (5120, 40, 40, 32000),
     "70b": (8192, 64, 80, 32000),
+    # Llama 3's 128,256-token vocabulary (Llama Team 2024, "The Llama 3 Herd of Models", Table 3)
+    "l3-8b": (4096, 32, 32, 128256),
+    "l3-70b": (8192, 64, 80, 128256),
 }
 GB = 1024**3
 
