@@ -90,10 +90,35 @@ def run_plan(path: Path, model: str, args: dict, steps: int = 3, warmup: int = 2
 
 # -- PyTorch's Schedule1F1B on a V-shape split of the same GPT -------------------------------------
 
+def v_split_stage(full, part, first: bool, last: bool):
+    """One rank's part of the GPT for `torch.distributed.pipelining` on a V split: layers `part`,
+    with the embedding on the first stage and the norm + full head on the last."""
+    import torch
+    from torch import nn
+
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.last = first, last
+            self.layers = nn.ModuleList(full.layers[j] for j in part)
+            if first:
+                self.embed, self.pos = full.embed, full.pos
+            if last:
+                self.norm, self.head = full.norm, full.head
+
+        def forward(self, x):
+            if self.first:
+                x = self.embed(x) + self.pos(torch.arange(x.shape[1], device=x.device))
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(self.norm(x)) if self.last else x
+
+    return Stage()
+
+
 def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmup: int, out: str) -> None:
     import torch
     import torch.distributed as dist
-    from torch import nn
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     from tessel_dsl.executor.models.common import lm_loss, seeded, split_evenly
@@ -111,23 +136,6 @@ def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmu
     full = seeded(Model, cfg, dev)
     part = split_evenly(cfg.layers, world)[rank]
 
-    class Stage(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.first, self.last = rank == 0, rank == world - 1
-            self.layers = nn.ModuleList(full.layers[j] for j in part)
-            if self.first:
-                self.embed, self.pos = full.embed, full.pos
-            if self.last:
-                self.norm, self.head = full.norm, full.head
-
-        def forward(self, x):
-            if self.first:
-                x = self.embed(x) + self.pos.weight
-            for layer in self.layers:
-                x = layer(x)
-            return self.head(self.norm(x)) if self.last else x
-
     def loss_fn(logits, labels):
         return lm_loss(logits.float(), labels)
 
@@ -135,7 +143,7 @@ def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmu
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    stage_mod = Stage()
+    stage_mod = v_split_stage(full, part, rank == 0, rank == world - 1)
     stage = PipelineStage(stage_mod, rank, world, dev)
     sched = Schedule1F1B(stage, n, loss_fn=loss_fn)
     batches = [full.batch(mb, dev) for mb in range(n)]

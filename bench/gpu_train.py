@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpu_common import GPT, PLANS, arg_parser, costed, gpu_info, make_plan, sizes, smoke
+from gpu_common import GPT, PLANS, arg_parser, costed, gpu_info, make_plan, sizes, smoke, v_split_stage
 
 N = 16
 PLAN = {2: "gpt2_n16_mshape_tessel.json", 4: "gpt4_n16_mshape_tessel.json"}
@@ -133,7 +133,6 @@ def tessel_rank(plan_file: str, replicas: int, steps: int, warmup: int) -> dict:
 def torch_rank(devices: int, replicas: int, steps: int, warmup: int) -> dict:
     import torch
     import torch.distributed as dist
-    from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
@@ -147,24 +146,7 @@ def torch_rank(devices: int, replicas: int, steps: int, warmup: int) -> dict:
     cfg, full = _model(device)
     part = split_evenly(cfg.layers, devices)[rank]
 
-    class Stage(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.first, self.last = rank == 0, rank == devices - 1
-            self.layers = nn.ModuleList(full.layers[j] for j in part)
-            if self.first:
-                self.embed, self.pos = full.embed, full.pos
-            if self.last:
-                self.norm, self.head = full.norm, full.head
-
-        def forward(self, x):
-            if self.first:
-                x = self.embed(x) + self.pos(torch.arange(x.shape[1], device=x.device))
-            for layer in self.layers:
-                x = layer(x)
-            return self.head(self.norm(x)) if self.last else x
-
-    mod = Stage()
+    mod = v_split_stage(full, part, rank == 0, rank == devices - 1)
     del full
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -255,6 +237,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_train.json").write_text(json.dumps(results, indent=1))
     (out / "gpu_train.md").write_text(table + "\n")
     # Same weights, same batches: the first step's loss must agree between the rows of one
