@@ -15,7 +15,10 @@ with no forward successor is the *loss block* in training: it returns a scalar l
 and the step's loss is the mean over micro-batches.
 
 Multi-device blocks run SPMD: every rank of the block calls its own module (usually a shard) and
-may use ``ctx.group(name)`` for collectives; their outputs must be identical on all those ranks.
+may shard it with DTensor over ``ctx.mesh(name)`` (or use ``ctx.group(name)`` for collectives of
+its own); their outputs must be plain tensors, identical on all those ranks. Each rank's forward
+and backward run under DTensor's ``loss_parallel``, so a loss over vocabulary-sharded logits
+needs no gathering.
 """
 from __future__ import annotations
 
@@ -62,11 +65,27 @@ class StageContext:
     world: int
     device: torch.device
     groups: dict[tuple[int, ...], Any] = field(default_factory=dict)
+    meshes: dict[tuple[int, ...], Any] = field(default_factory=dict, repr=False)
 
     def group(self, block: str) -> Any:
         """The process sub-group of exactly `block`'s devices (None for a one-device block)."""
         devices = self.spec.block(block).devices
         return self.groups.get(tuple(sorted(devices))) if len(devices) > 1 else None
+
+    def mesh(self, block: str) -> Any:
+        """A 1-D DeviceMesh over exactly `block`'s devices, for DTensor plans (None for a one-device
+        block); only ranks of the block may ask. It is built on the sub-group that every rank
+        created at start-up in one order, so asking creates no process group."""
+        devices = tuple(sorted(self.spec.block(block).devices))
+        if len(devices) == 1:
+            return None
+        if self.rank not in devices:
+            raise ExecutionError(f"rank {self.rank} asked for the mesh of block {block!r}, which runs on {list(devices)}")
+        if devices not in self.meshes:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            self.meshes[devices] = DeviceMesh.from_group(self.groups[devices], self.device.type)
+        return self.meshes[devices]
 
     def blocks_here(self) -> list[str]:
         """Forward-like blocks this rank runs, in the spec's dependency order."""

@@ -106,7 +106,8 @@ def _prime(plan, stage, rank, device, opts, beat, links, control, ranks=None) ->
     for m in stage.modules.values():
         m.zero_grad(set_to_none=True)
     dist.barrier(group=control)
-    RankRunner(blocking, stage, rank, device, opts.timeout, beat, links, ranks).step(-1)
+    with loss_context():
+        RankRunner(blocking, stage, rank, device, opts.timeout, beat, links, ranks).step(-1)
 
 
 def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method: str,
@@ -177,13 +178,14 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
                 m.zero_grad(set_to_none=True)
             dist.barrier(group=control)
             first = it == 0
-            step = runner.step(it, collect=opts.collect and first)
+            with loss_context():
+                step = runner.step(it, collect=opts.collect and first)
             if dp is not None:
                 _average_grads(stage, dp, opts.replicas)
             if first:
                 res.losses, res.outputs = step.losses, step.outputs
                 if opts.grads:
-                    res.grads = [(s.name, s.dim, s.start, None if s.param.grad is None else s.param.grad.detach().cpu())
+                    res.grads = [(s.name, s.dim, s.start, None if s.param.grad is None else _grad_shard(s.param).detach().cpu())
                                  for s in stage.param_shards()]
             if it >= opts.warmup:
                 res.steps.append(step.timings)
@@ -261,13 +263,39 @@ def _average_grads(stage, group, replicas: int) -> None:
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    grads = [_local(p.grad) for p in params]  # a DTensor parameter reduces its own shard
+    flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat, group=group)
     flat /= replicas
     off = 0
-    for p in params:
-        p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
-        off += p.numel()
+    for g in grads:
+        g.copy_(flat[off:off + g.numel()].view_as(g))
+        off += g.numel()
+
+
+def _grad_shard(p):
+    """This rank's part of `p`'s gradient, laid out as `p` is: a DTensor gradient may come back
+    in another layout (a vocabulary-sharded embedding's is replicated), and its slice is local."""
+    g = p.grad
+    if hasattr(g, "placements"):
+        if tuple(g.placements) != tuple(p.placements):
+            g = g.redistribute(p.device_mesh, p.placements)
+        return g.to_local()
+    return g
+
+
+def _local(t):
+    """The storage of this rank's part of a DTensor (written in place), or `t` itself."""
+    return getattr(t, "_local_tensor", t)
+
+
+def loss_context():
+    """DTensor's ``loss_parallel`` for a step's forwards and backwards: a cross entropy over
+    logits sharded on the vocabulary (a DTensor) is then computed without gathering them.
+    Plain tensors are unaffected."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    return loss_parallel()
 
 
 def _device_name(device) -> str:

@@ -5,8 +5,8 @@ Blocks, recognised by their place in the spec: one-device forward blocks form tw
 starting at a block with no forward input -- the first declared chain is the text encoder (token
 embedding + layers), the second the vision encoder (patch projection + layers). The all-device
 block joining them (J) concatenates both sequences and runs the cross encoder with its MLPs split
-Megatron-style over J's devices, then pools and classifies: the loss in training, the logits in
-inference.
+Megatron-style over a DeviceMesh of J's devices (DTensor: column-parallel fc1, row-parallel fc2),
+then pools and classifies: the loss in training, the logits in inference.
 
 On a plain chain of one-device stages F0 -> ... -> Fk (no all-device block) the model is the
 conventional V split, its branches in sequence: the text layers, the vision layers and the (full,
@@ -33,8 +33,8 @@ from tessel_dsl.ir import Mode, Spec
 
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds, forward_succs
 from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, ResidualMLP, TransformerLayer, batch_cache, chain_layers,
-                     copy_to_group, forward_blocks, full_shards, mb_generator, plain_chain, reduce_from_group,
-                     scale_init, section_starts, seeded, shard_range, stage_layers)
+                     forward_blocks, shards_of, mb_generator, parallel_mlp, plain_chain,
+                     scale_init, section_starts, seeded, stage_layers)
 
 
 @dataclass(frozen=True)
@@ -49,24 +49,6 @@ class Config(ModelConfig):
     patch_dim: int = 24
     classes: int = 10
     batch: int = 2
-
-
-class ShardedCross(nn.Module):
-    """Hidden units [lo, hi) of a cross-encoder layer (a gelu `ResidualMLP`): column-parallel fc1,
-    row-parallel fc2."""
-
-    def __init__(self, full: ResidualMLP, lo: int, hi: int, group):
-        super().__init__()
-        self.norm, self.group = full.norm, group
-        self.w1 = nn.Parameter(full.fc1.weight[lo:hi].detach().clone())
-        self.b1 = nn.Parameter(full.fc1.bias[lo:hi].detach().clone())
-        self.w2 = nn.Parameter(full.fc2.weight[:, lo:hi].detach().clone())
-        self.b2 = full.fc2.bias
-
-    def forward(self, x):
-        h = copy_to_group(self.norm(x), self.group)
-        y = F.linear(F.gelu(F.linear(h, self.w1, self.b1)), self.w2)
-        return x + reduce_from_group(y, self.group) + self.b2
 
 
 class Branches(nn.Module):
@@ -156,17 +138,15 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
             shards += layer_shards
             if i == 0:
                 extra["entry"] = entry
-                shards += full_shards(entry, "embed" if side == "text" else "patch")
+                shards += shards_of(entry, "embed" if side == "text" else "patch")
             modules[name] = Fn(_branch(i == 0), **extra)
     if rank in spec.block(join).devices:
-        lo, hi = shard_range(4 * cfg.hidden, spec.block(join).devices, rank)
-        group = ctx.group(join)
-        cross = nn.ModuleList(ShardedCross(c, lo, hi, group) for c in full.cross)
-        for j, c in enumerate(cross):
-            shards += [ParamShard(f"cross.{j}.fc1.weight", c.w1, 0, lo), ParamShard(f"cross.{j}.fc1.bias", c.b1, 0, lo),
-                       ParamShard(f"cross.{j}.fc2.weight", c.w2, 1, lo), ParamShard(f"cross.{j}.fc2.bias", c.b2),
-                       *full_shards(c.norm, f"cross.{j}.norm")]
-        shards += full_shards(full.cls, "cls")
+        mesh = ctx.mesh(join)
+        for j, c in enumerate(full.cross):
+            parallel_mlp(c, mesh)
+            shards += shards_of(c, f"cross.{j}")
+        cross = full.cross
+        shards += shards_of(full.cls, "cls")
         order = [0 if p == text[-1] else 1 for p in forward_preds(spec, join)]
         modules[join] = Fn(_join(order, train), cross=cross, cls=full.cls)
     batch = batch_cache(full, ctx.device)
@@ -210,10 +190,10 @@ def _chain_factory(ctx: StageContext, cfg: Config, stages: list[str]) -> BlockSt
         for side, entry, ref in (("text", "embed", full.embed), ("vision", "patch", full.patch)):
             if starts[side] == i:
                 parts[entry] = ref
-                shards += full_shards(ref, entry)
+                shards += shards_of(ref, entry)
         if i == end:
             parts["cls"] = full.cls
-            shards += full_shards(full.cls, "cls")
+            shards += shards_of(full.cls, "cls")
         modules[name] = Fn(_chain_stage({s for s, at in starts.items() if at == i}, i == end, train), **parts)
     batch = batch_cache(full, ctx.device)
 

@@ -1,12 +1,14 @@
-"""Pieces the shipped models share: the size-argument base `ModelConfig`, tensor-parallel autograd
-functions, transformer and residual-MLP layers, a generic `BlockStage` with helpers to build one
-(seeded full model, per-stage layer shares, batch cache), the split of a model's layer sections over
-a plain chain of stages (the V-shape), the single-process reference step, and model-argument parsing.
+"""Pieces the shipped models share: the size-argument base `ModelConfig`, the DTensor plans of
+their multi-device blocks, transformer and residual-MLP layers, a generic `BlockStage` with helpers
+to build one (seeded full model, per-stage layer shares, batch cache), the split of a model's layer
+sections over a plain chain of stages (the V-shape), the single-process reference step, and
+model-argument parsing.
 
-The parallel functions follow Megatron-LM's conjugate pairs: `copy_to_group` is the identity
-forward and an all-reduce of gradients backward; `reduce_from_group` all-reduces forward and
-passes the gradient through unchanged. With one of each around a sharded region, every rank ends
-with the full activation and the full gradient of the region's input.
+A multi-device block is sharded with `torch.distributed.tensor`: a DeviceMesh over exactly the
+block's devices (``ctx.mesh(block)``) and `parallelize_module` plans -- a vocabulary-sharded
+embedding, a vocabulary-sharded head with ``loss_parallel``, a column- then row-parallel MLP.
+Each plan takes plain tensors in and gives the full activation (or the loss) back out, so the
+tensors between blocks stay plain and identical on every rank of the block.
 """
 from __future__ import annotations
 
@@ -49,77 +51,46 @@ class ModelConfig:
         return DTYPES[self.dtype]
 
 
-class _CopyToGroup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x.view_as(x)
+def shard(module: nn.Module, mesh, plan) -> nn.Module:
+    """`module` (or the submodules a dict plan names) sharded in place over `mesh` with
+    `parallelize_module`. Every rank of the mesh built the same seeded full model, so each keeps
+    its own slice of the full weights (``src_data_rank=None``): nothing is sent at build time."""
+    from torch.distributed.tensor.parallel import parallelize_module
 
-    @staticmethod
-    def backward(ctx, g):
-        g = g.contiguous().clone()
-        dist.all_reduce(g, group=ctx.group)
-        return g, None
+    return parallelize_module(module, mesh, plan, src_data_rank=None)
 
 
-class _ReduceFromGroup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        x = x.contiguous().clone()
-        dist.all_reduce(x, group=group)
-        return x
+def vocab_parallel_embedding(embed: nn.Embedding, mesh) -> nn.Embedding:
+    """The table sharded by vocabulary rows: a rank looks up only the tokens in its rows, and the
+    outputs are summed over the mesh into the full lookup (a plain tensor) on every rank."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import RowwiseParallel
 
-    @staticmethod
-    def backward(ctx, g):
-        return g, None
+    return shard(embed, mesh, RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()))
 
 
-def copy_to_group(x: torch.Tensor, group) -> torch.Tensor:
-    return _CopyToGroup.apply(x, group) if group is not None else x
+def vocab_parallel_head(head: nn.Linear, mesh) -> nn.Linear:
+    """An output projection sharded by vocabulary columns. It returns the logits as a DTensor
+    sharded on the last dim, for a cross entropy that never gathers them: that needs
+    ``loss_parallel`` around the block's forward and backward, which the executor provides
+    (`loss_context`)."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    return shard(head, mesh, ColwiseParallel(output_layouts=Shard(-1), use_local_output=False))
 
 
-def reduce_from_group(x: torch.Tensor, group) -> torch.Tensor:
-    return _ReduceFromGroup.apply(x, group) if group is not None else x
+def parallel_mlp(mlp: nn.Module, mesh) -> nn.Module:
+    """Megatron's MLP split of a `ResidualMLP`: ``fc1`` column-parallel, ``fc2`` row-parallel (its
+    output summed over the mesh), so only the hidden units are sharded and the output is whole."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return shard(mlp, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
 
 
-def shard_range(n: int, ranks: tuple[int, ...], rank: int) -> tuple[int, int]:
-    """The slice [lo, hi) of `n` rows that `rank` holds among `ranks` (near-equal parts)."""
-    k, i = len(ranks), sorted(ranks).index(rank)
-    base, extra = divmod(n, k)
-    lo = i * base + min(i, extra)
-    return lo, lo + base + (1 if i < extra else 0)
-
-
-class VocabEmbedding(nn.Module):
-    """Rows [lo, hi) of an embedding table; rows outside the shard contribute zeros, and the
-    all-reduce over the group assembles the full lookup on every rank."""
-
-    def __init__(self, weight: torch.Tensor, lo: int, group):
-        super().__init__()
-        self.weight = nn.Parameter(weight.detach().clone())
-        self.lo, self.group = lo, group
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        hi = self.lo + self.weight.shape[0]
-        inside = (tokens >= self.lo) & (tokens < hi)
-        local = torch.where(inside, tokens - self.lo, torch.zeros_like(tokens))
-        out = F.embedding(local, self.weight) * inside.unsqueeze(-1).to(self.weight.dtype)
-        return reduce_from_group(out, self.group)
-
-
-def vocab_parallel_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, lo: int, group) -> torch.Tensor:
-    """Mean cross entropy of logits sharded on the last dim (columns [lo, lo + width))."""
-    logits = logits.float()
-    m = logits.detach().amax(-1, keepdim=True)
-    if group is not None:
-        dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
-    z = logits - m
-    total = reduce_from_group(z.exp().sum(-1), group)
-    inside = (labels >= lo) & (labels < lo + logits.shape[-1])
-    local = torch.where(inside, labels - lo, torch.zeros_like(labels))
-    picked = z.gather(-1, local.unsqueeze(-1)).squeeze(-1) * inside.to(z.dtype)
-    target = reduce_from_group(picked, group)
-    return (total.log() - target).mean()
+def local(t: torch.Tensor) -> torch.Tensor:
+    """A replicated DTensor (a sharded block's loss) as a plain tensor; plain tensors unchanged."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 class Attention(nn.Module):
@@ -246,8 +217,22 @@ class BlockStage:
         return self.shards
 
 
-def full_shards(module: nn.Module, prefix: str) -> list[ParamShard]:
-    return [ParamShard(f"{prefix}.{n}" if prefix else n, p) for n, p in module.named_parameters()]
+def shards_of(module: nn.Module, prefix: str) -> list[ParamShard]:
+    """`module`'s parameters under their reference names ``prefix.<name>``: a plain parameter or a
+    replicated DTensor as a full copy, a DTensor sharded on one dim as the slice this rank holds
+    (its offset taken from DTensor's own layout)."""
+    out = []
+    for n, p in module.named_parameters():
+        name = f"{prefix}.{n}" if prefix else n
+        dims = [pl.dim for pl in getattr(p, "placements", ()) if pl.is_shard()]
+        if not dims:
+            out.append(ParamShard(name, p))
+            continue
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        _, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+        out.append(ParamShard(name, p, dims[0], offset[dims[0]]))
+    return out
 
 
 def forward_blocks(spec: Spec) -> list[str]:
@@ -296,7 +281,7 @@ def chain_layers(ctx: StageContext, stages: Sequence[str], sections: Sequence[tu
             continue
         held = {prefix: nn.ModuleList(layers[j] for j in split[i][prefix]) for prefix, layers in sections}
         shards = [s for prefix, layers in sections for j in split[i][prefix]
-                  for s in full_shards(layers[j], f"{prefix}.{j}")]
+                  for s in shards_of(layers[j], f"{prefix}.{j}")]
         yield i, name, held, shards
 
 

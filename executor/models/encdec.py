@@ -29,9 +29,9 @@ from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Mode, Spec
 
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, chain_layers,
-                     forward_blocks, full_shards, lm_loss, mb_generator, plain_chain, scale_init, seeded,
-                     shard_range, stage_layers)
+from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, TransformerLayer, batch_cache, chain_layers,
+                     forward_blocks, shards_of, lm_loss, mb_generator, plain_chain, scale_init, seeded,
+                     stage_layers, vocab_parallel_embedding)
 
 
 @dataclass(frozen=True)
@@ -128,11 +128,10 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
     if rank in spec.block(e1).devices:
         if spec.block(e1).devices != spec.block(e2).devices:
             raise ExecutionError("the encoder-decoder model expects E1 and E2 on the same devices (one shared table)")
-        lo, _hi = shard_range(cfg.vocab, spec.block(e1).devices, rank)
-        table = VocabEmbedding(full.embed.weight[lo:_hi], lo, ctx.group(e1))
+        table = vocab_parallel_embedding(full.embed, ctx.mesh(e1))
         modules[e1] = Fn(lambda m, src: m.table(src), table=table)
         modules[e2] = Fn(lambda m, memory, tgt: (m.table(tgt), memory), table=table)
-        shards.append(ParamShard("embed.weight", table.weight, 0, lo))
+        shards += shards_of(table, "embed")
     for stages, side, layers_of in ((enc, "enc", full.enc), (dec, "dec", full.dec)):
         for _, name, layers, layer_shards in stage_layers(ctx, stages, layers_of, side):
             shards += layer_shards
@@ -142,7 +141,7 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
                 modules[name] = Fn(_decode, layers=layers)
             else:
                 modules[name] = Fn(_decode_last(train), layers=layers, norm=full.norm, head=full.head)
-                shards += full_shards(full.norm, "norm") + full_shards(full.head, "head")
+                shards += shards_of(full.norm, "norm") + shards_of(full.head, "head")
 
     def data(block: str, mb: int):
         src, tgt, labels = batch(mb)
@@ -179,10 +178,10 @@ def _chain_factory(ctx: StageContext, cfg: Config, stages: list[str]) -> BlockSt
         shards += layer_shards
         if first:  # one full table for both lookups: its gradient sums both uses, as in the reference
             parts["embed"] = full.embed
-            shards += full_shards(full.embed, "embed")
+            shards += shards_of(full.embed, "embed")
         if end:
             parts.update(norm=full.norm, head=full.head)
-            shards += full_shards(full.norm, "norm") + full_shards(full.head, "head")
+            shards += shards_of(full.norm, "norm") + shards_of(full.head, "head")
         modules[name] = Fn(_chain_stage(first, end, train), **parts)
     batch = batch_cache(full, ctx.device)
 

@@ -2,12 +2,15 @@
 
 Blocks are recognised by their place in the spec, not by name:
 
-* an all-device forward block with no forward input is the vocab-parallel token embedding (E);
+* a multi-device forward block with no forward input is the vocab-parallel token embedding (E);
 * one-device forward blocks, in dependency order, are the pipeline stages; the transformer layers
   are split evenly over them;
-* an all-device forward block after the stages is the vocab-parallel LM head with the
-  vocab-parallel cross entropy (H); without one, the last stage carries the full head and loss;
-  without an E block, the first stage carries the full embedding.
+* a multi-device forward block after the stages is the vocab-parallel LM head with the
+  vocab-parallel cross entropy (H, DTensor's ``loss_parallel``); without one, the last stage
+  carries the full head and loss; without an E block, the first stage carries the full embedding.
+
+E and H are sharded over a DeviceMesh of exactly their own devices: all of them (the paper's
+M-shape) or any subset, such as E on {0, 1} and H on {2, 3} of four.
 
 Sizes are model arguments (``vocab``, ``hidden``, ``heads``, ``layers``, ``seq``, ``batch`` --
 the micro-batch size -- ``seed``, ``dtype``), so the same code runs tiny on a CPU and large on GPUs.
@@ -17,16 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Spec
 
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, TransformerLayer, VocabEmbedding, batch_cache, copy_to_group,
-                     forward_blocks, full_shards, lm_loss, mb_generator, scale_init, seeded, shard_range, split_evenly,
-                     stage_layers, vocab_parallel_cross_entropy)
+from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, TransformerLayer, batch_cache, forward_blocks,
+                     lm_loss, local, mb_generator, scale_init, seeded, shards_of, split_evenly, stage_layers,
+                     vocab_parallel_embedding, vocab_parallel_head)
 
 
 @dataclass(frozen=True)
@@ -121,26 +123,17 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
         metas[emb] = (act,)
         data[emb] = "tokens"
         if rank in spec.block(emb).devices:
-            lo, hi = shard_range(cfg.vocab, spec.block(emb).devices, rank)
-            vemb = VocabEmbedding(full.embed.weight[lo:hi], lo, ctx.group(emb))
-            modules[emb] = Fn(lambda m, tok: m.vemb(tok) + m.pos.weight, vemb=vemb, pos=full.pos)
-            shards += [ParamShard("embed.weight", vemb.weight, 0, lo), *full_shards(full.pos, "pos")]
+            vocab_parallel_embedding(full.embed, ctx.mesh(emb))
+            modules[emb] = Fn(lambda m, tok: m.embed(tok) + m.pos.weight, embed=full.embed, pos=full.pos)
+            shards += shards_of(full.embed, "embed") + shards_of(full.pos, "pos")
     if head:
         metas[head] = (loss,)
         data[head] = "labels"
         if rank in spec.block(head).devices:
-            lo, hi = shard_range(cfg.vocab, spec.block(head).devices, rank)
-            w = nn.Parameter(full.head.weight[lo:hi].detach().clone())
-            group = ctx.group(head)
-
-            def head_fn(m, x, labels, lo=lo, group=group):
-                h = copy_to_group(m.norm(x), group)
-                return vocab_parallel_cross_entropy(F.linear(h, m.w.weight), labels, lo, group)
-
-            holder = nn.Module()
-            holder.weight = w
-            modules[head] = Fn(head_fn, norm=full.norm, w=holder)
-            shards += [ParamShard("head.weight", w, 0, lo), *full_shards(full.norm, "norm")]
+            vocab_parallel_head(full.head, ctx.mesh(head))
+            modules[head] = Fn(lambda m, x, labels: local(lm_loss(m.head(m.norm(x)).float(), labels)),
+                               norm=full.norm, head=full.head)
+            shards += shards_of(full.head, "head") + shards_of(full.norm, "norm")
     first_of, last_of = (None if emb else stages[0]), (None if head else stages[-1])
     if first_of:
         data[first_of] = "tokens"
@@ -152,10 +145,10 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
         extra: dict[str, nn.Module] = {"layers": layers}
         if first:
             extra.update(embed=full.embed, pos=full.pos)
-            shards += full_shards(full.embed, "embed") + full_shards(full.pos, "pos")
+            shards += shards_of(full.embed, "embed") + shards_of(full.pos, "pos")
         if last:
             extra.update(norm=full.norm, head=full.head)
-            shards += full_shards(full.norm, "norm") + full_shards(full.head, "head")
+            shards += shards_of(full.norm, "norm") + shards_of(full.head, "head")
         modules[name] = Fn(_stage_fn(first, last), **extra)
 
     def data_fn(block: str, mb: int):
