@@ -55,6 +55,17 @@ def test_inference_matches_single_process(module, shape, args, schedule, devices
     assert report.losses == {}
 
 
+def test_gpt_with_embedding_and_head_sharded_over_device_subsets():
+    """E on devices {1, 2} and H on {2, 3} of four: each is sharded over a DeviceMesh of its own
+    pair (rank 0 is in neither), and the step still equals the single-process one."""
+    spec = shapes.mshape(4, microbatches=2, head=True, embed_on=(1, 2), head_on=(2, 3), memory=8)
+    report = executor.run(plan_for(spec, "1f1b+", 2), "tessel_dsl.executor.models.gpt:factory", collect=True,
+                          grads=True, timeout=60)
+    check_training(report, "tessel_dsl.executor.models.gpt", spec, {})
+    embed = [(dim, start, g.shape) for n, dim, start, g in report.grads if n == "embed.weight"]
+    assert sorted(embed) == [(0, 0, (256, 32)), (0, 256, (256, 32))]
+
+
 def test_gpt_on_a_plain_chain_carries_embedding_and_head_in_the_end_stages():
     spec = shapes.vshape(2, microbatches=2)
     report = executor.run(plan_for(spec, "1f1b", 2), "tessel_dsl.executor.models.gpt:factory", collect=True, grads=True,

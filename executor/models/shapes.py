@@ -47,9 +47,11 @@ def vshape(devices: int = 4, mode: Mode = Mode.TRAIN, microbatches: int = 4, mem
 
 
 def mshape(devices: int = 4, mode: Mode = Mode.TRAIN, microbatches: int = 6, head: bool = False,
-           memory: int | None = None) -> Spec:
-    """E(all) -> F0 -> ... -> F{D-1} [-> H(all)]: vocab-parallel embedding (and LM head)."""
-    fwd = [("E", ALL)] + [(f"F{i}", (i,)) for i in range(devices)] + ([("H", ALL)] if head else [])
+           memory: int | None = None, embed_on: tuple[int, ...] | None = ALL,
+           head_on: tuple[int, ...] | None = ALL) -> Spec:
+    """E(all) -> F0 -> ... -> F{D-1} [-> H(all)]: vocab-parallel embedding (and LM head); `embed_on`
+    and `head_on` put E and H on a subset of the devices instead (a tensor-parallel group)."""
+    fwd = [("E", embed_on)] + [(f"F{i}", (i,)) for i in range(devices)] + ([("H", head_on)] if head else [])
     names = [n for n, _ in fwd]
     return _spec("mshape", devices, memory or (6 if mode is Mode.TRAIN else 4), fwd,
                  list(zip(names, names[1:])), mode, microbatches)
