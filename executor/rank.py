@@ -154,6 +154,7 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
         ranks = tuple(range(replica * D, replica * D + D))
         groups, links, dp = _replica_groups(plan, opts, replica)
         dog.beat("building the model")
+        loss_context()  # imports DTensor's loss ops here, at start-up, rather than inside the first step
         ctx = StageContext(plan.spec, dev, D, device, groups)
         stage = load_factory(opts.model)(ctx, **opts.model_args)
         if opts.replicas > 1:
