@@ -84,7 +84,31 @@ def interleaved(d=4, n=4, m=None, infer=False, chunks=2) -> Spec:
     return _spec("interleaved", d, 2 * d if m is None else m, fw + bw, _seq([b.name for b in fw + bw[::-1]]), n, infer)
 
 
+def _zb(name, d, n, m, infer, devs, tf=1, ti=1, tw=1):
+    """Zero-bubble training: stage k on device devs[k], forward F (+1), input gradient I (0),
+    weight gradient W (-1, frees the activation); I retraces the chain, Ik -> Wk."""
+    blocks, edges = [], []
+    for k, dev in enumerate(devs):
+        blocks += [Block(f"F{k}", F, (dev,), tf, 1), Block(f"I{k}", Kind.INPUT_GRAD, (dev,), ti, 0, f"F{k}"),
+                   Block(f"W{k}", Kind.WEIGHT_GRAD, (dev,), tw, -1, f"F{k}")]
+        edges.append((f"I{k}", f"W{k}"))
+    edges += _seq([f"F{k}" for k in range(len(devs))] + [f"I{k}" for k in reversed(range(len(devs)))])
+    return _spec(name, d, m, blocks, edges, n, infer)
+
+
+def zbchain(d=4, n=4, m=None, infer=False, **costs) -> Spec:
+    """specs/zerobubble.tsl's placement: stage i on device i."""
+    return _zb("zbchain", d, n, d if m is None else m, infer, list(range(d)), **costs)
+
+
+def zbv(d=4, n=4, m=None, infer=False, **costs) -> Spec:
+    """ZB-V's placement: chunk 0 down devices 0..d-1, chunk 1 back up d-1..0."""
+    return _zb("zbv", d, n, 2 * d if m is None else m, infer, list(range(d)) + list(reversed(range(d))), **costs)
+
+
 APPLICABLE = {
+    zbchain: ("gpipe", "zb-h1"),
+    zbv: ("gpipe", "zb-v"),
     interleaved: ("gpipe", "interleaved-1f1b"),
     vshape: ("gpipe", "1f1b", "1f1b+"),
     xshape: ("gpipe", "chimera"),
@@ -92,6 +116,8 @@ APPLICABLE = {
     nnshape: ("gpipe", "1f1b+"),
     kshape: ("gpipe",),
 }
+# Inference drops the backward blocks: the zero-bubble placements become plain chains.
+INFER_APPLICABLE = {zbchain: ("gpipe", "1f1b", "1f1b+"), zbv: ("gpipe",)}
 NAMES = tuple(BY_NAME)
 
 
@@ -106,7 +132,7 @@ def test_every_baseline_is_exercised_on_some_shape():
 def test_applicable_baselines_are_valid_for_many_n(shape, d, infer):
     for n in range(1, 11):
         spec = shape(d=d, n=n, m=d + 2, infer=infer)
-        for name in APPLICABLE[shape]:
+        for name in (INFER_APPLICABLE.get(shape, APPLICABLE[shape]) if infer else APPLICABLE[shape]):
             s = build(spec, name)
             assert s.name == name and s.microbatches == n
             validate(spec, s, check_memory=not BY_NAME[name].ignores_memory)
@@ -157,13 +183,26 @@ def test_1f1b_warmup_shrinks_to_fit_memory():
         build(vshape(d=4, n=8, m=0), "1f1b")
 
 
-def test_gpipe_exceeds_memory_and_reports_it():
+def test_gpipe_runs_in_waves_that_fit_memory():
+    # vshape d=4 holds 1 unit per micro-batch on each device: M=4 holds waves of 4 micro-batches.
     spec = vshape(d=4, n=8, m=4)
-    s = build(spec, "gpipe")
-    assert s.peak_memory(spec) == (8, 8, 8, 8)
+    s = build(spec, "gpipe")  # validate() inside checks M=4
+    assert s.peak_memory(spec) == (4, 4, 4, 4)
+    order = _device_order(spec, s, 0)
+    assert order == ([("F0", mb) for mb in range(4)] + [("B0", mb) for mb in range(4)]
+                     + [("F0", mb) for mb in range(4, 8)] + [("B0", mb) for mb in range(4, 8)])
     row, _ = baseline_row(spec, "gpipe", 8)
-    assert row.over_memory and row.status == "ok"
-    assert not baseline_row(spec, "1f1b", 8)[0].over_memory
+    assert row.status == "ok" and not row.over_memory
+    # By hand: a wave of 4 has its last forward end on device 3 at 3 + 4 = 7; device 3's backwards
+    # run 7..19, and each stage up adds 3, so device 0's last backward ends at 28. Device 0 then
+    # starts the next wave, which repeats the first shifted by 28.
+    assert s.makespan(spec) == 2 * 28 and build(vshape(d=4, n=16, m=4), "gpipe").makespan(spec) == 4 * 28
+    # When M holds every micro-batch it is plain GPipe: one wave.
+    roomy = vshape(d=4, n=8, m=8)
+    assert _device_order(roomy, build(roomy, "gpipe"), 0) == [("F0", mb) for mb in range(8)] + [
+        ("B0", mb) for mb in range(8)]
+    with pytest.raises(TesselError, match="more than M=0"):
+        build(vshape(d=4, n=8, m=0), "gpipe")
 
 
 def _grid(spec, name):
@@ -181,6 +220,10 @@ dev1 | .    F1:0 B1:0 ~    ~    F1:1 B1:1 ~    ~    F1:2 B1:2 ~    ~    .    .  
 dev0 | F0:0 F0:1 .    .    .    .    .    .    .    .    B0:0 ~    ~    B0:1 ~    ~
 dev1 | .    F1:0 F1:1 .    .    .    .    B1:0 ~    ~    B1:1 ~    ~    .    .    .
 dev2 | .    .    F2:0 F2:1 B2:0 ~    ~    B2:1 ~    ~    .    .    .    .    .    .""",
+    # waves of 2 (M=2), then 1: device 0 starts micro-batch 2 after its backwards of 0 and 1
+    ("gpipe", 2, 3, 2): """
+dev0 | F0:0 F0:1 .    .    .    .    B0:0 ~    ~    B0:1 ~    ~    F0:2 .    .    .    .    B0:2 ~    ~
+dev1 | .    F1:0 F1:1 B1:0 ~    ~    B1:1 ~    ~    .    .    .    .    F1:2 B1:2 ~    ~    .    .    .""",
     ("1f1b", 3, 2): """
 dev0 | F0:0 F0:1 .    .    .    .    .    .    .    B0:0 ~    ~    .    B0:1 ~    ~
 dev1 | .    F1:0 F1:1 .    .    .    B1:0 ~    ~    .    B1:1 ~    ~    .    .    .
@@ -192,10 +235,10 @@ dev2 | .    .    F2:0 B2:0 ~    ~    F2:1 B2:1 ~    ~    F2:2 B2:2 ~    ~    F2:
 }
 
 
-@pytest.mark.parametrize("key", list(GOLDEN), ids=lambda k: f"{k[0]}-D{k[1]}-N{k[2]}")
+@pytest.mark.parametrize("key", list(GOLDEN), ids=lambda k: f"{k[0]}-D{k[1]}-N{k[2]}" + (f"-M{k[3]}" if k[3:] else ""))
 def test_golden_grids(key):
-    name, d, n = key
-    assert _grid(vshape(d=d, n=n, m=8), name) == GOLDEN[key].strip("\n")
+    name, d, n, *m = key
+    assert _grid(vshape(d=d, n=n, m=m[0] if m else 8), name) == GOLDEN[key].strip("\n")
 
 
 def _device_order(spec, s, d):
@@ -262,7 +305,8 @@ def test_chimera_that_does_not_fit_memory_is_not_applicable():
 # needs a chain with stage i on device i, 1F1B+ additionally allows blocks on every device around
 # such a chain, Chimera needs two opposite chains, interleaved 1F1B needs looped stages, GPipe runs
 # anything. Zero-bubble training splits each backward into two blocks (no chain); its inference is
-# a plain V-shape.
+# a plain V-shape. ZB-H1 needs the split backward on a chain, ZB-V on a V of two chunks per device
+# (`--set C=2`, tests/test_baselines_zerobubble.py).
 SHIPPED_APPLICABLE = {
     "interleaved": {"gpipe", "interleaved-1f1b"},
     "kshape": {"gpipe"},
@@ -270,7 +314,7 @@ SHIPPED_APPLICABLE = {
     "nnshape": {"gpipe", "1f1b+"},
     "vshape": {"gpipe", "1f1b", "1f1b+"},
     "xshape": {"gpipe", "chimera"},
-    ("zerobubble", "train"): {"gpipe"},
+    ("zerobubble", "train"): {"gpipe", "zb-h1"},
     ("zerobubble", "infer"): {"gpipe", "1f1b", "1f1b+"},
 }
 

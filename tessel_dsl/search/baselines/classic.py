@@ -4,7 +4,7 @@ Each function returns per-device orders of (block, micro-batch); `tessel_dsl.sea
 compacts them into start times and validates the result. Definitions:
 
 * GPipe: every forward of every micro-batch in micro-batch order, then every backward in
-  micro-batch order.
+  micro-batch order; under memory M, in waves of as many micro-batches as M holds.
 * 1F1B: stage s of S first runs S-1-s forwards (fewer if memory M cannot hold them), then
   alternates one forward with one backward, then drains the remaining backwards. A stage is
   consecutive blocks on one device or on one tensor-parallel group.
@@ -25,9 +25,10 @@ from tessel_dsl.search.baselines.listsched import Key, play_greedy, play_queues
 from tessel_dsl.units import memory_in
 
 
-def gpipe_orders(spec: Spec, n: int) -> list[list[Key]]:
-    """GPipe's order: all forward-side blocks in micro-batch order, then all backward-side blocks
-    in micro-batch order; within one micro-batch, blocks go in dependency order.
+def _gpipe_wave(spec: Spec, mbs: range) -> list[list[Key]]:
+    """GPipe's order for the micro-batches `mbs`: all forward-side blocks in micro-batch order,
+    then all backward-side blocks in micro-batch order; within one micro-batch, blocks go in
+    dependency order.
 
     (phase, micro-batch, dependency order) is one total order that respects every dependency, so
     the per-device orders it induces cannot deadlock.
@@ -37,13 +38,45 @@ def gpipe_orders(spec: Spec, n: int) -> list[list[Key]]:
         b = spec.block(name)
         phase[name] = int(b.kind.is_backward or any(phase[p] for p in spec.preds[name]))
     pos = {name: i for i, name in enumerate(spec.topo_order)}
-    keys = sorted(((b.name, mb) for mb in range(n) for b in spec.blocks),
+    keys = sorted(((b.name, mb) for mb in mbs for b in spec.blocks),
                   key=lambda k: (phase[k[0]], k[1], pos[k[0]]))
     orders: list[list[Key]] = [[] for _ in range(spec.devices)]
     for k in keys:
         for d in spec.block(k[0]).devices:
             orders[d].append(k)
     return orders
+
+
+def gpipe_orders(spec: Spec, n: int) -> list[list[Key]]:
+    """GPipe under memory M: micro-batches go in waves of as many as M holds, each wave in
+    GPipe's order (all forwards, then all backwards), and a device starts a wave's forwards only
+    after its backwards of the previous wave (GPipe's gradient accumulation over mini-batches).
+    When M holds all N micro-batches this is plain GPipe, one wave.
+
+    The wave starts at what every device's resident memory allows and shrinks until the
+    compacted schedule's peak fits M (blocks that allocate and free within a micro-batch can
+    need more than the resident memory alone).
+    """
+    from tessel_dsl.schedule import Schedule
+    from tessel_dsl.search.compact import compact
+
+    held = resident_memory(spec)
+    widest = n
+    for d, h in enumerate(held):
+        if h > 0:
+            if spec.memory < h:
+                raise InfeasibleError(f"GPipe: device {d} holds {_mem(spec, h)} per micro-batch in flight, "
+                                      f"more than M={memory_in(spec.units, spec.memory)}")
+            widest = min(widest, spec.memory // h)
+    for wave in range(widest, 0, -1):
+        orders: list[list[Key]] = [[] for _ in range(spec.devices)]
+        for first in range(0, n, wave):
+            for d, row in enumerate(_gpipe_wave(spec, range(first, min(n, first + wave)))):
+                orders[d] += row
+        if max(Schedule(n, compact(spec, orders=orders)).peak_memory(spec), default=0) <= spec.memory:
+            return orders
+    raise InfeasibleError(f"GPipe: not even one micro-batch at a time fits memory "
+                          f"M={memory_in(spec.units, spec.memory)}")
 
 
 def _mem(spec: Spec, x: int) -> str:
