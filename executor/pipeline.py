@@ -17,7 +17,8 @@ The step runs exactly the plan's program of this rank with `RankRunner`: the los
 is seeded with 1/N, so the gradients equal those of the mean loss over the N micro-batches, as one
 process accumulating over the same micro-batches would get them. A multi-device block is run whole
 on each of its devices (replicated parameters, identical gradients on every copy) unless `tp` gives
-it a DTensor plan, which shards it over those devices.
+it a DTensor plan, which shards it over a DeviceMesh of exactly those devices (all of the plan's
+or a subset).
 """
 from __future__ import annotations
 
@@ -169,14 +170,37 @@ class Pipeline:
                     mod._buffers[n] = b.to(self.device)
 
     def _parallelize(self, here: list[str]) -> None:
-        """Shard the submodules of local multi-device blocks with their DTensor plans, over the
-        DeviceMesh of this replica's devices (the mesh's "pp" dimension)."""
+        """Shard the submodules of local multi-device blocks with their DTensor plans, each over a
+        DeviceMesh of exactly its block's devices in this replica: the mesh's "pp" dimension for a
+        block on all of them, a mesh on a sub-group for a block on some (a tensor-parallel pair
+        {1, 2} of four devices, say)."""
         from torch.distributed.tensor.parallel import parallelize_module
 
+        meshes = self._block_meshes()
         for b in here:
             if b in self.tp:
-                parallelize_module(self.model, self.mesh["pp"], self.tp[b])
+                parallelize_module(self.model, meshes[tuple(sorted(self.plan.spec.block(b).devices))], self.tp[b])
                 self.binding.hooked[b] = [self.model.get_submodule(f) for f in self.tp[b]]
+
+    def _block_meshes(self) -> dict[tuple[int, ...], Any]:
+        """This rank's DeviceMesh for each device set of a tensor-parallel block it is in. Every
+        rank creates the sub-group of every such set of every replica, in one order (`new_group`
+        is collective over the world), and builds meshes on the groups it belongs to."""
+        from torch.distributed.device_mesh import DeviceMesh
+
+        spec, every = self.plan.spec, tuple(range(self.devices))
+        sets = sorted({tuple(sorted(spec.block(b).devices)) for b in self.tp})
+        meshes: dict[tuple[int, ...], Any] = {}
+        for devs in sets:
+            if devs == every:
+                meshes[devs] = self.mesh["pp"]
+                continue
+            for k in range(self.replicas):
+                ranks = [int(self.mesh.mesh[k][d]) for d in devs]
+                group = dist.new_group(ranks)
+                if self.rank in ranks:
+                    meshes[devs] = DeviceMesh.from_group(group, self.device.type)
+        return meshes
 
     def _make_runner(self, timeout: float) -> None:
         from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
@@ -524,15 +548,15 @@ def _check_blocks(spec, model: nn.Module, chain: list[str], blocks: dict[str, li
 
 
 def _check_tp(spec, blocks: dict[str, list[str]], tp: dict[str, dict[str, Any]]) -> None:
-    """Tensor-parallel plans only for multi-device blocks spanning the plan's devices, and only
-    over submodules of the block."""
+    """Tensor-parallel plans only for multi-device blocks (on all the plan's devices or on some),
+    and only over submodules of the block."""
     for b, plan in tp.items():
         if b not in blocks:
             raise ExecutionError(f"tensor-parallel plan for {b!r}, which is no forward block")
         devs = spec.block(b).devices
-        if sorted(devs) != list(range(spec.devices)):
-            raise ExecutionError(f"tensor-parallel plan for {b!r}: only blocks on all {spec.devices} devices "
-                                 f"can be sharded (it runs on {list(devs)})")
+        if len(devs) < 2:
+            raise ExecutionError(f"tensor-parallel plan for {b!r}, which runs on one device ({devs[0]}): "
+                                 f"only blocks on several devices can be sharded")
         for f in plan:
             if not any(f == m or f.startswith(m + ".") for m in blocks[b]):
                 raise ExecutionError(f"tensor-parallel plan for {b!r} names {f!r}, which is not in the block")

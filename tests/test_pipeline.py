@@ -49,6 +49,20 @@ def test_gpt_mshape_with_dtensor_sharded_embedding_and_head_two_by_two():
         assert r["shapes"]["pos.weight"] == (8, 32)
 
 
+def test_gpt_with_dtensor_blocks_on_device_pairs_of_four():
+    # E sharded over devices {1, 2} and H over {2, 3}: each over a mesh of its own pair (rank 0 is
+    # in neither), on sub-groups every rank created in one order.
+    from .executor_support import plan_for
+
+    spec = ps.shapes.mshape(4, microbatches=2, head=True, embed_on=(1, 2), head_on=(2, 3), memory=8)
+    plan = plan_for(spec, "1f1b+", 2)
+    got = check(plan, ps.gpt, ps.gpt_loss, blocks_by_name(spec, 4), 512, tp=ps.gpt_tp)
+    shapes = {r["rank"]: r["shapes"] for r in got}
+    assert "embed.weight" not in shapes[0] and "head.weight" not in shapes[1]
+    assert shapes[1]["embed.weight"] == shapes[2]["embed.weight"] == (256, 32)
+    assert shapes[2]["head.weight"] == shapes[3]["head.weight"] == (256, 32)
+
+
 @pytest.mark.parametrize("shape", ["vshape", "mshape"])
 def test_hugging_face_llama(shape):
     pytest.importorskip("transformers")

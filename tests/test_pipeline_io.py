@@ -67,6 +67,14 @@ def test_names_that_do_not_match_the_model_fail_before_any_process_group(change,
     assert not torch.distributed.is_initialized()
 
 
+def test_a_tensor_parallel_plan_for_a_one_device_block_fails_before_any_process_group():
+    plan = plan_for(ps.mshape(2, 4), "1f1b+", 4)
+    tp = {"F0": ps.gpt_tp()["E"]}
+    with pytest.raises(ExecutionError, match=r"tensor-parallel plan for 'F0', which runs on one device \(0\)"):
+        Pipeline(plan, ps.gpt(), ps.gpt_loss, blocks=blocks_by_name(plan.spec, 4), tp=tp)
+    assert not torch.distributed.is_initialized()
+
+
 def test_the_training_example_runs_under_torchrun_and_writes_a_trace(tmp_path):
     import json
     import os
