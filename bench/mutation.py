@@ -39,7 +39,8 @@ class Target:
 
 
 # Smallest first. Memory handling in the search lives in a few functions of larger modules, so
-# those targets name them; the executor's gradient seeding likewise.
+# those targets name them; the executor's gradient seeding likewise. Their tests are the fast
+# ones written for them (a solve of a few blocks; one rank run in-process, no process group).
 TARGETS = (
     Target("metrics", "simulator/metrics.py", ("tests/test_simulator.py", "tests/test_simulator_links.py"),
            what="bubble, steady period, comm split, drift"),
@@ -55,11 +56,10 @@ TARGETS = (
            ("tests/test_repetend.py", "tests/test_search_memory.py"),
            functions=("x_nr_limit*", "x_entry_memory*", "x_memory_ok*", "x_repetend_problem*"),
            what="entry memory, memory bound, the candidate's capacity"),
-    Target("modulo-memory", "tessel_dsl/search/modulo.py",
-           ("tests/test_search_memory.py", "tests/test_repetend.py", "tests/test_search_scale.py::test_mshape_d8_period_is_settled"),
-           functions=("x__cpsat_model*", "x_solve_period_z3*"),
-           what="the cyclic model (both backends), whose memory rows are the target"),
-    Target("runtime-grad", "executor/runtime.py", ("tests/test_executor.py",),
+    Target("modulo-memory", "tessel_dsl/search/modulo.py", ("tests/test_modulo_memory.py",),
+           functions=("x__cpsat_memory_rows*", "x__z3_memory_rows*"),
+           what="the cyclic model's memory rows, both backends (small specs solved in a moment)"),
+    Target("runtime-grad", "executor/runtime.py", ("tests/test_runtime_grads.py",),
            functions=("xǁRankRunnerǁ_output_grads*", "xǁRankRunnerǁ_backward*"),
            what="gradient seeding of backward blocks"),
 )

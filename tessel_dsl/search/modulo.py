@@ -68,6 +68,52 @@ def _closure(spec: Spec) -> list[tuple[int, int, int]]:
     return [(index[a], index[b], length) for a, row in Shape.of(spec).longest.items() for b, length in row.items()]
 
 
+def _cpsat_memory_rows(m, spec: Spec, period: int, s: list, r: list, before: dict) -> None:
+    """The memory rows of the CP-SAT model, per device that allocates or frees anything.
+
+    A device enters the repetend holding ``sum_i m_i r_i`` (what earlier micro-batches keep there);
+    the running sum peaks right after an allocation, so one row per allocating block bounds the
+    entry level plus everything started before it plus its own allocation; and, when the device's
+    memory balances per micro-batch, the average level over one period (see the module notes).
+    `before[(j, i)]` is the literal "block j starts before block i".
+    """
+    blocks = spec.blocks
+    for d in range(spec.devices):
+        on = [i for i, b in enumerate(blocks) if d in b.devices]
+        if not any(blocks[i].memory for i in on):
+            continue
+        entry = sum(blocks[i].memory * r[i] for i in on)
+        m.add(entry <= spec.memory)
+        if sum(blocks[i].memory for i in on) == 0:  # the average is only defined when nothing leaks
+            m.add(sum(-blocks[i].memory * (s[i] - period * r[i]) for i in on if blocks[i].memory)
+                  <= spec.memory * period)
+        for i in on:
+            if blocks[i].memory > 0:
+                # The running sum peaks right after an allocation.
+                m.add(entry + blocks[i].memory
+                      + sum(blocks[j].memory * before[(j, i)] for j in on if j != i and blocks[j].memory)
+                      <= spec.memory)
+
+
+def _z3_memory_rows(z3, spec: Spec, period: int, s: list, r: list) -> list:
+    """The same memory rows as `_cpsat_memory_rows`, as Z3 constraints."""
+    blocks = spec.blocks
+    cons = []
+    for d in range(spec.devices):
+        on = [i for i, b in enumerate(blocks) if d in b.devices and b.memory]
+        if not on:
+            continue
+        entry = z3.Sum([blocks[i].memory * r[i] for i in on])
+        cons.append(entry <= spec.memory)
+        if sum(blocks[i].memory for i in on) == 0:
+            cons.append(z3.Sum([-blocks[i].memory * (s[i] - period * r[i]) for i in on]) <= spec.memory * period)
+        for i in on:
+            if blocks[i].memory > 0:
+                prior = [z3.If(s[j] < s[i], blocks[j].memory, 0) for j in on if j != i]
+                cons.append(entry + blocks[i].memory + (z3.Sum(prior) if prior else 0) <= spec.memory)
+    return cons
+
+
 def _cpsat_model(spec: Spec, period: int, max_nr: int, objective: bool):
     from ortools.sat.python import cp_model
 
@@ -105,21 +151,7 @@ def _cpsat_model(spec: Spec, period: int, max_nr: int, objective: bool):
         m.add(s[i] + blocks[i].time <= s[j]).only_enforce_if(b)
         m.add(s[j] + blocks[j].time <= s[i]).only_enforce_if(~b)
         before[(i, j)], before[(j, i)] = b, ~b
-    for d in range(spec.devices):
-        on = [i for i, b in enumerate(blocks) if d in b.devices]
-        if not any(blocks[i].memory for i in on):
-            continue
-        entry = sum(blocks[i].memory * r[i] for i in on)
-        m.add(entry <= spec.memory)
-        if sum(blocks[i].memory for i in on) == 0:  # the average is only defined when nothing leaks
-            m.add(sum(-blocks[i].memory * (s[i] - period * r[i]) for i in on if blocks[i].memory)
-                  <= spec.memory * period)
-        for i in on:
-            if blocks[i].memory > 0:
-                # The running sum peaks right after an allocation.
-                m.add(entry + blocks[i].memory
-                      + sum(blocks[j].memory * before[(j, i)] for j in on if j != i and blocks[j].memory)
-                      <= spec.memory)
+    _cpsat_memory_rows(m, spec, period, s, r, before)
     if objective:
         lo = m.new_int_var(-max_nr * period - span, span, "lo")
         hi = m.new_int_var(-max_nr * period - span, 2 * span, "hi")
@@ -192,18 +224,7 @@ def solve_period_z3(spec: Spec, period: int, max_nr: int, time_limit: float | No
                 cons += [s[i] >= a, s[i] + blocks[i].time <= a + period]
     for i, j in _pairs(spec):
         cons.append(z3.Or(s[i] + blocks[i].time <= s[j], s[j] + blocks[j].time <= s[i]))
-    for d in range(spec.devices):
-        on = [i for i, b in enumerate(blocks) if d in b.devices and b.memory]
-        if not on:
-            continue
-        entry = z3.Sum([blocks[i].memory * r[i] for i in on])
-        cons.append(entry <= spec.memory)
-        if sum(blocks[i].memory for i in on) == 0:
-            cons.append(z3.Sum([-blocks[i].memory * (s[i] - period * r[i]) for i in on]) <= spec.memory * period)
-        for i in on:
-            if blocks[i].memory > 0:
-                prior = [z3.If(s[j] < s[i], blocks[j].memory, 0) for j in on if j != i]
-                cons.append(entry + blocks[i].memory + (z3.Sum(prior) if prior else 0) <= spec.memory)
+    cons += _z3_memory_rows(z3, spec, period, s, r)
     lo, hi, nr, obj = z3.Int("lo"), z3.Int("hi"), z3.Int("maxr"), z3.Int("obj")
     for i, b in enumerate(blocks):
         cons += [lo <= s[i] - period * r[i], hi >= s[i] + b.time - period * r[i], nr >= r[i]]
