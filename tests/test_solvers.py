@@ -150,6 +150,41 @@ def test_makespan_lower_bound_never_exceeds_the_optimum():
             assert makespan_lower_bound(p) <= sol.objective
 
 
+def test_makespan_lower_bound_counts_what_all_device_tasks_cannot_fill():
+    # Two micro-batches of x (both devices, 1) -> a (dev0, 1) -> b (dev1, 3) -> c (dev0, 1).
+    # Device 1 runs x and b: work 2 * (1 + 3) = 8. Before its first b it can't run the other x
+    # while a runs (x needs device 0 too), so it idles at least 1, and at least 1 after its last b
+    # (c): 10, which the optimum reaches. Head + work + tail with x as device 1's first task (head
+    # 0) gives 9; device 0's work is 6 and the chain 6.
+    tasks, prec = [], []
+    for mb in range(2):
+        k = len(tasks)
+        tasks += [Task(("x", mb), 1, (0, 1)), Task(("a", mb), 1, (0,)), Task(("b", mb), 3, (1,)),
+                  Task(("c", mb), 1, (0,))]
+        prec += [Precedence(k, k + 1), Precedence(k + 1, k + 2), Precedence(k + 2, k + 3)]
+    p = Problem(tuple(tasks), tuple(prec), 2)
+    assert makespan_lower_bound(p) == 10
+    assert solve(p, Objective.MAKESPAN, solver="cpsat").objective == 10
+    # With a third device x no longer occupies every device, so it could overlap a: back to 9.
+    assert makespan_lower_bound(Problem(tuple(tasks), tuple(prec), 3)) == 9
+
+
+def test_makespan_lower_bound_never_exceeds_the_optimum_with_all_device_tasks():
+    rng = random.Random(5)
+    for _ in range(40):
+        n, devices = rng.randint(3, 8), rng.randint(2, 4)
+        tasks = []
+        for i in range(n):
+            k = devices if rng.random() < 0.3 else rng.randint(1, min(2, devices))
+            tasks.append(Task(i, rng.randint(1, 3), tuple(sorted(rng.sample(range(devices), k)))))
+        prec = tuple(Precedence(a, b, rng.choice([0, 0, 1])) for a in range(n) for b in range(a + 1, n)
+                     if rng.random() < 0.3)
+        p = Problem(tuple(tasks), prec, devices)
+        sol = solve(p, Objective.MAKESPAN, solver="cpsat")
+        assert sol.status == "optimal"
+        assert makespan_lower_bound(p) <= sol.objective
+
+
 def test_makespan_lower_bound_ignores_cyclic_precedences():
     tasks = (Task("a", 2, (0,)), Task("b", 3, (1,)))
     p = Problem(tasks, (Precedence(0, 1), Precedence(1, 0, lag=-10)), 2)

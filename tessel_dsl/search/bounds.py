@@ -6,6 +6,14 @@ at least the shortest dependency chain leading to one of its blocks has run (the
 after its last block ends at least the shortest chain leaving one of its blocks must still run
 (the *tail*). So no schedule is shorter than ``head_d + N * W_d + tail_d`` for any device, nor
 than the longest dependency chain of one micro-batch.
+
+A block that runs on every device (an embedding split over all of them) can't overlap anything,
+which sharpens the per-device bound (`idle_bound`): before device ``d`` starts its first block
+that is not such a block, it can only run all-device blocks, and while a block of the chain
+leading there runs on other devices only, ``d`` can run nothing at all. So ``d`` idles at least
+the longest such chain counting only the blocks ``d`` is not on, and the same after its last one.
+On the M- and NN-shapes this is the makespan the search reaches (the head ignored that ``d``
+can't fill the wait with the all-device blocks).
 """
 from __future__ import annotations
 
@@ -27,4 +35,26 @@ def makespan_bound(spec: Spec, microbatches: int) -> int:
         if on:
             work = sum(time[n] for n in on)
             bound = max(bound, min(head[n] for n in on) + microbatches * work + min(tail[n] for n in on))
+    return max(bound, idle_bound(spec, microbatches))
+
+
+def idle_bound(spec: Spec, microbatches: int) -> int:
+    """``idle head + N * W_d + idle tail`` for every device (the module text says why it holds)."""
+    everyone = set(range(spec.devices))
+    bound = 0
+    for d in range(spec.devices):
+        on = spec.blocks_on(d)
+        local = [b.name for b in on if not everyone <= set(b.devices)]
+        if not local:
+            continue
+        # Only blocks `d` is not on count: during them `d` idles (the module text).
+        weight = {b.name: 0 if d in b.devices else b.time for b in spec.blocks}
+        head: dict[str, int] = {}
+        for name in spec.topo_order:
+            head[name] = max((head[p] + weight[p] for p in spec.preds[name]), default=0)
+        tail: dict[str, int] = {}
+        for name in reversed(spec.topo_order):
+            tail[name] = max((weight[s] + tail[s] for s in spec.succs[name]), default=0)
+        work = sum(b.time for b in on)
+        bound = max(bound, min(head[n] for n in local) + microbatches * work + min(tail[n] for n in local))
     return bound

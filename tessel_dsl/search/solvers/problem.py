@@ -98,6 +98,37 @@ def makespan_lower_bound(problem: Problem) -> int:
         if on:
             work = sum(tasks[i].duration for i in on)
             bound = max(bound, min(head[i] for i in on) + work + min(tail[i] for i in on))
+    if order is not None and all(t.fixed is None for t in tasks) and all(p.lag >= 0 for p in problem.precedences):
+        bound = max(bound, _idle_bound(problem, order, preds, succs))
+    return bound
+
+
+def _idle_bound(problem: Problem, order: list[int], preds: dict[int, list[Precedence]],
+                succs: dict[int, list[Precedence]]) -> int:
+    """The sharper per-device bound of `bounds.idle_bound` on a problem's tasks: before a device's
+    first task that does not occupy every device, it idles while the chain leading there runs on
+    other devices only (it can run nothing there but an all-device task, which can't overlap that
+    chain), and the same after its last one. Lags count as zero (an all-device task may fill them);
+    pinned tasks and negative lags are left to the plain bound."""
+    tasks = problem.tasks
+    everyone = set(range(problem.devices))
+    bound = 0
+    for d in range(problem.devices):
+        on = problem.on_device(d)
+        local = [i for i in on if not everyone <= set(tasks[i].devices)]
+        if not local:
+            continue
+        weight = [0 if d in t.devices else t.duration for t in tasks]
+        head = [0] * len(tasks)
+        for i in order:
+            for p in preds[i]:
+                head[i] = max(head[i], head[p.before] + weight[p.before])
+        tail = [0] * len(tasks)
+        for i in reversed(order):
+            for p in succs[i]:
+                tail[i] = max(tail[i], weight[p.after] + tail[p.after])
+        work = sum(tasks[i].duration for i in on)
+        bound = max(bound, min(head[i] for i in local) + work + min(tail[i] for i in local))
     return bound
 
 
