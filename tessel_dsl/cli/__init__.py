@@ -13,10 +13,26 @@ from tessel_dsl.cli.app import app, err_console
 
 # Verb modules register their commands on `app` when imported.
 _VERBS = ("check", "search", "compare", "simulate", "harness", "run", "export", "profile")
+# The command each module registers, where its name differs from the module's.
+_COMMANDS = {"test": "harness", "import": "export"}
 
 
-def _load_verbs() -> None:
-    for name in _VERBS:
+def _verb_module(argv: list[str]) -> str | None:
+    """The module of the verb `argv` runs (its first word), or None when it names none (help, a
+    typo): then every verb is loaded, so help lists them all and a typo gets Click's message."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None or argv.index(word) != 0:
+        return None
+    name = _COMMANDS.get(word, word)
+    return name if name in _VERBS else None
+
+
+def _load_verbs(argv: list[str] | None = None) -> None:
+    """Import the verb modules; with `argv`, only the one it runs (each verb pulls in its own
+    layers, and a command should pay only for its own: `tessel search` skips the simulator, the
+    harness and the baselines table)."""
+    only = None if argv is None else _verb_module(argv)
+    for name in _VERBS if only is None else (only,):
         try:
             importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as e:
@@ -26,7 +42,10 @@ def _load_verbs() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user errors print in red and exit 1, usage errors exit 2."""
-    _load_verbs()
+    from tessel_dsl.search.solvers import cpsat_module
+
+    cpsat_module.lean = True  # no pandas for OR-Tools in this process (cpsat_module says why)
+    _load_verbs(sys.argv[1:] if argv is None else argv)
     try:
         app(args=argv, prog_name="tessel")
     except TesselError as e:

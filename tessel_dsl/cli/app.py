@@ -12,6 +12,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+@app.callback()
+def _group() -> None:
+    # A callback keeps `tessel` a group of verbs even when only one verb module is loaded (the
+    # entry point loads just the verb it runs; Typer turns a one-command app into that command).
+    pass
+
+
 console = Console()
 err_console = Console(stderr=True)
 

@@ -115,7 +115,9 @@ def _z3_memory_rows(z3, spec: Spec, period: int, s: list, r: list) -> list:
 
 
 def _cpsat_model(spec: Spec, period: int, max_nr: int, objective: bool):
-    from ortools.sat.python import cp_model
+    from tessel_dsl.search.solvers.cpsat_module import cp_model as _cp_model
+
+    cp_model = _cp_model()
 
     m = cp_model.CpModel()
     blocks = spec.blocks
@@ -171,7 +173,9 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
     deterministic, budgeted improvement of the micro-batch latency starting from it. `time_limit`
     (wall clock) applies only when the user set one.
     """
-    from ortools.sat.python import cp_model
+    from tessel_dsl.search.solvers.cpsat_module import cp_model as _cp_model
+
+    cp_model = _cp_model()
 
     from tessel_dsl.search.solvers.cpsat import configure
 

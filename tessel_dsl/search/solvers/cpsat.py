@@ -29,7 +29,9 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
     `effort` caps CP-SAT's deterministic time, so a budgeted optimisation gives the same answer
     on every run; without `time_limit` nothing else limits the solve.
     """
-    from ortools.sat.python import cp_model
+    from tessel_dsl.search.solvers.cpsat_module import cp_model as _cp_model
+
+    cp_model = _cp_model()
 
     objective = Objective(objective)
     m = cp_model.CpModel()
