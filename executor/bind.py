@@ -6,19 +6,25 @@ splits the model's code: it runs the model's own ``forward`` for every block, wi
 submodules switched by role --
 
 * the block's own submodules run;
-* submodules of blocks upstream of it are skipped: each returns a stand-in of the shape it would
-  have returned (zero-stride zeros), so the glue code between submodules (masks, position ids,
-  rotary tables) still runs, on values computed from the batch and buffers alone;
-* on the first call into the block, the arguments that depend on upstream parameters are replaced
-  by the tensors received from the previous block;
-* on the first call into a downstream block, those same arguments are captured as the block's
-  output and the forward stops.
+* submodules of other blocks are skipped: each returns a stand-in of the shape it would have
+  returned (zero-stride zeros), so the glue code between submodules (masks, position ids, rotary
+  tables) still runs, on values computed from the batch and buffers alone;
+* on the first call into the block, the arguments that depend on the parameters of its input
+  blocks are replaced by the tensors received from them;
+* on the first call into each block it feeds, those same arguments are captured as the block's
+  output; once every such block is reached the forward stops.
 
 Which arguments cross a boundary, and every stand-in's shape, come from one run of the whole model
 under `FakeTensorMode` (no memory, no compute): an argument crosses when it depends on a parameter
-(it requires grad there); everything else is recomputed by each rank. The last block runs the
-forward to its end and applies the loss function. A block must read upstream values only through
-the arguments of its first submodule call, and each mapped submodule must be called at most once.
+(it requires grad there); everything else is recomputed by each rank. Where a block has several
+input blocks (a join, as in the K-shape), each such argument must depend on exactly one of them --
+found by walking its autograd graph back to the parameters -- so the model must hand the branches
+to the join's first submodule as separate arguments (``self.fuse(text, image)``, not
+``self.fuse(torch.cat([text, image]))``). A block feeding several blocks (a fan-out) sends each of
+them the same tuple: everything any of them takes. The last block (the only one feeding none) runs
+the forward to its end and applies the loss function. A block must read values from other blocks
+only through the arguments of its first submodule call, each mapped submodule must be called at
+most once, and a block's submodules must all be called before those of the blocks it feeds.
 """
 from __future__ import annotations
 
@@ -65,14 +71,18 @@ class Trace:
     result: _Leaves | None = None      # the model's return value
     loss: TensorMeta | None = None
 
+    # for each block, where its outputs go: (consumer block, leaf position in the consumer's
+    # entry call), consumers in the spec's order -- the tuple it sends every consumer
+    sends: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+
     def passed(self, block: str) -> list[int]:
-        """Leaf positions of `block`'s entry call that carry upstream activations."""
+        """Leaf positions of `block`'s entry call that carry activations of other blocks."""
         e = self.entries[block]
         return [i for i, (m, g) in enumerate(zip(e.metas, e.grad)) if m is not None and g]
 
-    def entry_metas(self, block: str) -> tuple[TensorMeta, ...]:
-        e = self.entries[block]
-        return tuple(e.metas[i] for i in self.passed(block))
+    def output_metas(self, block: str) -> tuple[TensorMeta, ...]:
+        """What `block` sends its consumers (for a block that feeds some)."""
+        return tuple(self.entries[c].metas[i] for c, i in self.sends[block])
 
 
 def _flatten(value) -> _Leaves:
@@ -85,16 +95,21 @@ def _flatten(value) -> _Leaves:
 class Binding:
     """The block -> submodule mapping over one model, with the dispatch that runs one block."""
 
-    def __init__(self, model: nn.Module, blocks: dict[str, list[str] | tuple[str, ...]], chain: list[str]):
+    def __init__(self, model: nn.Module, blocks: dict[str, list[str] | tuple[str, ...]],
+                 preds: dict[str, tuple[str, ...]]):
+        """`preds`: every forward block's input blocks, in the spec's edge order (the order in
+        which the runtime hands their outputs over), keyed in a dependency order."""
         self.model = model
         self.device = torch.device("cpu")  # where stand-ins are made: the rank's device
         # Tensor-parallel submodules per block: their hooks turn inputs and outputs into DTensors,
         # which only the block's own run (not a stand-in) may see.
         self.hooked: dict[str, list[nn.Module]] = {}
-        self.chain = list(chain)
+        self.preds = {b: tuple(p) for b, p in preds.items()}
+        self.order = list(self.preds)
+        self.succs = {b: tuple(c for c in self.order if b in self.preds[c]) for b in self.order}
+        self.sink = next(b for b in self.order if not self.succs[b])
         self.blocks = {b: tuple(f) for b, f in blocks.items()}
         self.owner = {f: b for b, fs in self.blocks.items() for f in fs}
-        self.index = {b: i for i, b in enumerate(self.chain)}
         modules = dict(model.named_modules())
         self.modules = {f: modules[f] for f in self.owner}
         self.originals: dict[str, Callable] = {}
@@ -148,18 +163,64 @@ class Binding:
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                     raise ExecutionError("loss_fn must return a one-element tensor")
                 trace.loss = TensorMeta(tuple(loss.shape), loss.dtype)
+            self._check_order(rec)
+            sources = {b: self._sources(b, trace, rec, state) for b in self.order}
         del mode
-        missing = [b for b in self.chain if b not in trace.entries]
+        for b in self.order:
+            trace.sends[b] = [(c, i) for c in self.succs[b] for i, src in zip(trace.passed(c), sources[c]) if src == b]
+        return trace
+
+    def _check_order(self, rec: "_Recorder") -> None:
+        """Every block reached, each after its input blocks, and all its submodules called before
+        any of a block it feeds (a block stops at its consumers' first calls)."""
+        missing = [b for b in self.order if b not in rec.entries]
         if missing:
             raise ExecutionError(f"the model's forward never calls the submodules of block(s) {missing}")
-        if trace.order != self.chain:
-            raise ExecutionError(f"the model's forward reaches the blocks in the order {trace.order}, "
-                                 f"but the spec chains them as {self.chain}")
-        for b in self.chain[1:]:
-            if not trace.passed(b):
-                raise ExecutionError(f"block {b!r}: no argument of its first submodule call depends on "
-                                     f"an earlier block, so nothing would be passed to it")
-        return trace
+        at = {b: i for i, b in enumerate(rec.order)}
+        for b in self.order:
+            for p in self.preds[b]:
+                if at[p] > at[b]:
+                    raise ExecutionError(f"the model's forward reaches block {b!r} before its input block {p!r} "
+                                         f"(order {rec.order}), but the spec feeds {p!r} into {b!r}")
+                if rec.last[p] > rec.first[b]:
+                    raise ExecutionError(f"the model's forward calls a submodule of block {p!r} after entering "
+                                         f"block {b!r}, which it feeds: {p!r} must be complete when {b!r} begins")
+
+    def _sources(self, block: str, trace: Trace, rec: "_Recorder", state: dict) -> list[str]:
+        """The input block each passed argument of `block`'s entry call comes from."""
+        passed, preds = trace.passed(block), self.preds[block]
+        if not preds:
+            if passed:
+                raise ExecutionError(f"block {block!r}: its first submodule call takes values computed from other "
+                                     f"blocks' parameters, but the spec gives it no input block")
+            return []
+        if not passed:
+            raise ExecutionError(f"block {block!r}: no argument of its first submodule call depends on "
+                                 f"an earlier block, so nothing would be passed to it")
+        if len(preds) == 1:
+            return [preds[0]] * len(passed)
+        by_param = {id(p): self._owner_of(n) for n, p in state.items() if p.requires_grad}
+        out = []
+        for i in passed:
+            deps = _depends_on(rec.raw[block][i], by_param) & set(preds)
+            if len(deps) != 1:
+                what = f"the outputs of {sorted(deps)}" if deps else f"none of its input blocks {list(preds)}"
+                raise ExecutionError(
+                    f"block {block!r} takes inputs from {list(preds)}, but argument {i} of its first submodule "
+                    f"call depends on {what}: a join must receive each input block's output as a separate "
+                    f"argument of its first submodule call (or use a model factory)")
+            out.append(deps.pop())
+        missing = [p for p in preds if p not in out]
+        if missing:
+            raise ExecutionError(f"block {block!r}: no argument of its first submodule call depends on its input "
+                                 f"block(s) {missing}, so nothing would be passed from them")
+        return out
+
+    def _owner_of(self, name: str) -> str | None:
+        for f, b in self.owner.items():
+            if name == f or name.startswith(f + "."):
+                return b
+        return None
 
     def run_block(self, block: str, trace: Trace, received: tuple[torch.Tensor, ...], args, kwargs,
                   loss_fn=None, target=()):
@@ -173,8 +234,9 @@ class Binding:
             return tuple(_plain(t) for t in stop.value)
         finally:
             _ACTIVE.run = None
-        if self.index[block] != len(self.chain) - 1:
-            raise ExecutionError(f"block {block!r} ran to the end of the model's forward")
+        if block != self.sink:
+            raise ExecutionError(f"block {block!r} ran to the end of the model's forward without reaching "
+                                 f"all of {list(self.succs[block])}")
         if loss_fn is not None:
             return _plain(loss_fn(out, *target))
         return tuple(_plain(x) for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor))
@@ -187,7 +249,11 @@ class _Recorder:
         self.b = binding
         self.outputs: dict[str, _Leaves] = {}
         self.entries: dict[str, _Leaves] = {}
+        self.raw: dict[str, list] = {}       # each block's entry leaves, the fake tensors themselves
         self.order: list[str] = []
+        self.first: dict[str, int] = {}      # index of each block's first and last submodule call
+        self.last: dict[str, int] = {}
+        self.calls = 0
 
     def call(self, fqn, original, args, kwargs):
         block = self.b.owner[fqn]
@@ -196,7 +262,11 @@ class _Recorder:
                                  f"must call each of its submodules once (use a model factory instead)")
         if block not in self.entries:
             self.entries[block] = _flatten((args, kwargs))
+            self.raw[block] = pytree.tree_leaves((args, kwargs))
             self.order.append(block)
+            self.first[block] = self.calls
+        self.last[block] = self.calls
+        self.calls += 1
         out = original(*args, **kwargs)
         self.outputs[fqn] = _flatten(out)
         return out
@@ -206,25 +276,60 @@ class _BlockRun:
     """Dispatch while one block runs for real (see the module docstring for the roles)."""
 
     def __init__(self, binding: Binding, block: str, trace: Trace, received: tuple[torch.Tensor, ...]):
-        self.b, self.block, self.trace, self.received = binding, block, trace, received
-        self.me = binding.index[block]
+        self.b, self.block, self.trace = binding, block, trace
+        # `received` holds every input block's whole output tuple, in the spec's edge order; a
+        # block feeding several takes along what its other consumers need too
+        it = iter(received)
+        self.inputs = {}
+        for p in binding.preds[block]:
+            for c, i in trace.sends[p]:
+                value = next(it)
+                if c == block:
+                    self.inputs[i] = value
+        self.captured: dict[tuple[str, int], torch.Tensor] = {}
+        self.reached: set[str] = set()
         self.entered = False
 
     def call(self, fqn, original, args, kwargs):
-        there = self.b.index[self.b.owner[fqn]]
-        if there < self.me:
-            return _stand_in(self.trace.outputs[fqn], self.b.device)
-        if there > self.me:
+        there = self.b.owner[fqn]
+        if there == self.block:
+            if not self.entered:
+                self.entered = True
+                if self.inputs:
+                    leaves, spec = pytree.tree_flatten((args, kwargs))
+                    for i, t in self.inputs.items():
+                        leaves[i] = t
+                    args, kwargs = pytree.tree_unflatten(leaves, spec)
+            return original(*args, **kwargs)
+        if there in self.b.succs[self.block] and there not in self.reached:
+            self.reached.add(there)
             leaves = pytree.tree_leaves((args, kwargs))
-            raise _Stop(tuple(leaves[i] for i in self.trace.passed(self.b.owner[fqn])))
-        if not self.entered:
-            self.entered = True
-            if self.me > 0:
-                leaves, spec = pytree.tree_flatten((args, kwargs))
-                for i, t in zip(self.trace.passed(self.block), self.received):
-                    leaves[i] = t
-                args, kwargs = pytree.tree_unflatten(leaves, spec)
-        return original(*args, **kwargs)
+            self.captured.update({(c, i): leaves[i] for c, i in self.trace.sends[self.block] if c == there})
+            if self.reached == set(self.b.succs[self.block]):
+                raise _Stop(tuple(self.captured[k] for k in self.trace.sends[self.block]))
+        return _stand_in(self.trace.outputs[fqn], self.b.device)
+
+
+def _depends_on(t, by_param: dict[int, str | None]) -> set[str]:
+    """The blocks whose parameters tensor `t` (of the fake run) was computed from: its autograd
+    graph walked back to the parameters' gradient accumulators."""
+    out: set[str] = set()
+    if not isinstance(t, torch.Tensor):
+        return out
+    if t.grad_fn is None:
+        owner = by_param.get(id(t))
+        return {owner} if owner else out
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        var = getattr(fn, "variable", None)
+        if var is not None and by_param.get(id(var)):
+            out.add(by_param[id(var)])
+        stack.extend(f for f, _ in fn.next_functions)
+    return out
 
 
 def _stand_in(leaves: _Leaves, device: torch.device):

@@ -69,19 +69,20 @@ class Pipeline:
         if self.train and loss_fn is None:
             raise ExecutionError("a training plan needs loss_fn(output, *target)")
         self.loss_fn = loss_fn if self.train else None
-        self.chain = _chain(spec)
+        self.graph = _graph(spec)
+        self.order = list(self.graph)
         if isinstance(blocks, (str, os.PathLike)):
             blocks = read_blocks(blocks)
         self.blocks = {b: list(f) for b, f in blocks.items()}
-        _check_blocks(spec, model, self.chain, self.blocks)
+        _check_blocks(spec, model, self.order, self.blocks)
         self.tp = {b: dict(p) for b, p in (tp or {}).items()}
         _check_tp(spec, self.blocks, self.tp)
         self.devices, self.n = spec.devices, self.plan.schedule.microbatches
         self._join(replicas, mesh, device, timeout)
         self.model = model
-        self.binding = Binding(model, self.blocks, self.chain)
+        self.binding = Binding(model, self.blocks, self.graph)
         self.binding.device = self.device
-        here = [b for b in self.chain if self.pp_rank in spec.block(b).devices]
+        here = [b for b in self.order if self.pp_rank in spec.block(b).devices]
         self._materialise(here, init)
         self._parallelize(here)
         self.stage = _Stage(self, here)
@@ -276,7 +277,7 @@ class Pipeline:
         self.timings = result.timings
         self.iteration += 1
         self._reduce_grads()
-        sink = self.chain[-1]
+        sink = self.binding.sink
         owner = min(self.plan.spec.block(sink).devices) == self.pp_rank
         total = torch.tensor([sum(result.losses.values()) if owner else 0.0], dtype=torch.float64,
                              device=self.device)
@@ -306,7 +307,7 @@ class Pipeline:
         result = self.runner.step(self.iteration, collect=True)
         self.timings = result.timings
         self.iteration += 1
-        sink = self.chain[-1]
+        sink = self.binding.sink
         if self.pp_rank not in self.plan.spec.block(sink).devices:
             return None
         parts = [result.outputs[(sink, mb)] for mb in range(self.n)]
@@ -454,7 +455,7 @@ class _Stage:
         pipe, trace = self.pipe, self.pipe.trace
         succ = forward_succs(pipe.plan.spec, block)
         if succ:
-            return trace.entry_metas(succ[0])
+            return trace.output_metas(block)
         if pipe.train:
             return (trace.loss,)
         return tuple(m for m in trace.result.metas if m is not None)
@@ -479,7 +480,7 @@ class _BlockModule(nn.Module):
         *received, mb = inputs_and_mb
         pipe = self.pipe
         args, kwargs, target = pipe.mbs[mb]
-        last = self.block == pipe.chain[-1]
+        last = self.block == pipe.binding.sink
         out = pipe.binding.run_block(self.block, pipe.trace, tuple(received), args, kwargs,
                                      pipe.loss_fn if last else None, target)
         return out
@@ -502,27 +503,30 @@ def read_blocks(path: str | os.PathLike) -> dict[str, list[str]]:
     return doc
 
 
-def _chain(spec) -> list[str]:
-    """The forward blocks as one chain (each takes exactly the previous one's output)."""
+def _graph(spec) -> dict[str, tuple[str, ...]]:
+    """Every forward block's input blocks (spec edge order), in dependency order. Chains, joins
+    and fan-outs bind by name; a placement must end in one block, which computes the loss."""
     fwd = [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
-    for prev, cur in zip(fwd, fwd[1:]):
-        if forward_preds(spec, cur) != (prev,):
-            raise ExecutionError(f"blocks bound by name must form one chain; {cur!r} takes "
-                                 f"{list(forward_preds(spec, cur))}, not just {prev!r} (use a model factory)")
-    return fwd
+    ends = [n for n in fwd if not forward_succs(spec, n)]
+    if len(ends) != 1:
+        raise ExecutionError(f"blocks bound by name must end in one forward block, which computes the loss or "
+                             f"the output; spec {spec.name!r} has {len(ends)} ({ends}), as independent pipelines "
+                             f"sharing the devices do (use a model factory: `tessel run --model MODULE:FACTORY`, "
+                             f"docs/run.md)")
+    return {n: forward_preds(spec, n) for n in fwd}
 
 
-def _check_blocks(spec, model: nn.Module, chain: list[str], blocks: dict[str, list[str]]) -> None:
+def _check_blocks(spec, model: nn.Module, order: list[str], blocks: dict[str, list[str]]) -> None:
     """Every forward block mapped, every name a submodule, every parameter in exactly one block."""
-    unknown = sorted(set(blocks) - set(chain))
+    unknown = sorted(set(blocks) - set(order))
     if unknown:
-        raise ExecutionError(f"blocks {unknown} are not forward blocks of spec {spec.name!r} ({chain})")
-    missing = [b for b in chain if not blocks.get(b)]
+        raise ExecutionError(f"blocks {unknown} are not forward blocks of spec {spec.name!r} ({order})")
+    missing = [b for b in order if not blocks.get(b)]
     if missing:
         raise ExecutionError(f"no submodules given for forward block(s) {missing}")
     modules = dict(model.named_modules())
     owner: dict[str, str] = {}
-    for b in chain:
+    for b in order:
         for f in blocks[b]:
             if f not in modules or f == "":
                 close = sorted(n for n in modules if n and (n.split(".")[-1] == f.split(".")[-1]))[:3]

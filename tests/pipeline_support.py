@@ -59,6 +59,84 @@ def llama_blocks(spec) -> dict[str, list[str]]:
     return out
 
 
+class Fuse(torch.nn.Module):
+    """Joins two sequences, taken as separate arguments, and mixes them with a residual MLP."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        from tessel_dsl.executor.models.common import ResidualMLP
+
+        self.mlp = ResidualMLP(d)
+
+    def forward(self, text, image):
+        return self.mlp(torch.cat([text, image], dim=1))
+
+
+class TwoTower(torch.nn.Module):
+    """A text tower and an image tower joined by `Fuse`, then a classifier: the K-shape's
+    branches (F0 and F1) and join (J), bound by name."""
+
+    def __init__(self, vocab: int = 64, d: int = 16, patch: int = 12, classes: int = 5):
+        super().__init__()
+        from tessel_dsl.executor.models.common import TransformerLayer
+
+        self.embed = torch.nn.Embedding(vocab, d)
+        self.text = torch.nn.ModuleList(TransformerLayer(d, 2, causal=False) for _ in range(2))
+        self.patch = torch.nn.Linear(patch, d)
+        self.image = torch.nn.ModuleList(TransformerLayer(d, 2, causal=False) for _ in range(2))
+        self.fuse = Fuse(d)
+        self.cls = torch.nn.Linear(d, classes)
+
+    def forward(self, tokens, patches):
+        t = self.embed(tokens)
+        for layer in self.text:
+            t = layer(t)
+        v = self.patch(patches)
+        for layer in self.image:
+            v = layer(v)
+        return self.cls(self.fuse(t, v).mean(1))
+
+
+class JoinedTwoTower(TwoTower):
+    """The same towers, but joined before the join's first submodule: `fuse.mlp` gets one tensor
+    that depends on both towers, which no single input block can send."""
+
+    def forward(self, tokens, patches):
+        t = self.embed(tokens)
+        for layer in self.text:
+            t = layer(t)
+        v = self.patch(patches)
+        for layer in self.image:
+            v = layer(v)
+        return self.cls(self.fuse.mlp(torch.cat([t, v], dim=1)).mean(1))
+
+
+def two_tower():
+    torch.manual_seed(0)
+    return TwoTower()
+
+
+TWO_TOWER_BLOCKS = {"F0": ["embed", "text.0", "text.1"], "F1": ["patch", "image.0", "image.1"], "J": ["fuse", "cls"]}
+
+
+def two_tower_batches(steps: int, rows: int, distinct: int = 2):
+    g = torch.Generator().manual_seed(1)
+    pool = [((torch.randint(0, 64, (rows, 6), generator=g), torch.randn(rows, 4, 12, generator=g)),
+             torch.randint(0, 5, (rows,), generator=g)) for _ in range(distinct)]
+    return [pool[i % distinct] for i in range(steps)]
+
+
+def chunks(x, n: int) -> list:
+    """A batch tensor, or a tuple of them, in `n` parts along dim 0."""
+    if isinstance(x, tuple):
+        return list(zip(*(t.chunk(n) for t in x)))
+    return list(x.chunk(n))
+
+
+def call(model, x):
+    return model(*x) if isinstance(x, tuple) else model(x)
+
+
 def batches(vocab: int, steps: int, rows: int, seq: int, seed: int = 1, distinct: int = 2):
     """`steps` batches cycling over `distinct` random ones (so that the loss can fall)."""
     g = torch.Generator().manual_seed(seed)
@@ -82,8 +160,8 @@ def reference(build, loss_fn, data, micro: int) -> list[float]:
     losses = []
     for x, y in data:
         total = 0.0
-        for xs, ys in zip(x.chunk(micro), y.chunk(micro)):
-            loss = loss_fn(model(xs), ys) / micro
+        for xs, ys in zip(chunks(x, micro), y.chunk(micro)):
+            loss = loss_fn(call(model, xs), ys) / micro
             loss.backward()
             total += float(loss.detach())
         opt.step()
@@ -123,7 +201,7 @@ def pipelined(plan, build, loss_fn, blocks, data, replicas: int = 1, on_meta: bo
     losses = []
     for x, y in data:
         k = pipe.replica
-        losses.append(pipe.step(x.chunk(replicas)[k], y.chunk(replicas)[k]))
+        losses.append(pipe.step(chunks(x, replicas)[k], y.chunk(replicas)[k]))
         opt.step()
         opt.zero_grad()
     meta = sorted(n for n, p in model.named_parameters() if p.is_meta)

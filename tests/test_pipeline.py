@@ -15,9 +15,9 @@ from . import pipeline_support as ps  # noqa: E402
 STEPS, N, ROWS, SEQ = 20, 4, 2, 8  # rows per micro-batch
 
 
-def check(plan, build, loss_fn, blocks, vocab, replicas=1, on_meta=False, tp=None):
+def check(plan, build, loss_fn, blocks, vocab, replicas=1, on_meta=False, tp=None, data=None):
     n = plan.schedule.microbatches
-    data = ps.batches(vocab, STEPS, ROWS * n * replicas, SEQ)
+    data = data or ps.batches(vocab, STEPS, ROWS * n * replicas, SEQ)
     want = ps.reference(build, loss_fn, data, n * replicas)
     got = run_ranks(ps.pipelined, plan.spec.devices * replicas, plan, build, loss_fn, blocks, data, replicas,
                     on_meta, tp, timeout=300)
@@ -61,6 +61,19 @@ def test_gpt_with_dtensor_blocks_on_device_pairs_of_four():
     assert "embed.weight" not in shapes[0] and "head.weight" not in shapes[1]
     assert shapes[1]["embed.weight"] == shapes[2]["embed.weight"] == (256, 32)
     assert shapes[2]["head.weight"] == shapes[3]["head.weight"] == (256, 32)
+
+
+def test_a_two_branch_model_bound_by_name_on_the_kshape():
+    # F0 (text tower, device 0) and F1 (image tower, device 1) join in J (both devices): J
+    # receives each tower's output as its own argument of `fuse(text, image)`.
+    from .executor_support import plan_for
+
+    plan = plan_for(ps.shapes.kshape(2, microbatches=2, memory=8), "gpipe", 2)
+    data = ps.two_tower_batches(STEPS, ROWS * 2)
+    got = check(plan, ps.two_tower, ps.F.cross_entropy, ps.TWO_TOWER_BLOCKS, None, data=data)
+    local = {r["rank"]: r["local"] for r in got}
+    assert any(n.startswith("text.") for n in local[0]) and not any(n.startswith("image.") for n in local[0])
+    assert any(n.startswith("image.") for n in local[1]) and not any(n.startswith("text.") for n in local[1])
 
 
 @pytest.mark.parametrize("shape", ["vshape", "mshape"])

@@ -8,7 +8,8 @@ torch = pytest.importorskip("torch")
 
 from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
-from tessel_dsl.executor.pipeline import Pipeline, read_blocks  # noqa: E402
+from tessel_dsl.executor.bind import Binding  # noqa: E402
+from tessel_dsl.executor.pipeline import Pipeline, _graph, read_blocks  # noqa: E402
 from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
 
 from . import pipeline_support as ps  # noqa: E402
@@ -115,9 +116,27 @@ def test_a_mapping_file_beside_the_spec_and_its_errors(tmp_path):
     assert read_blocks(good) == blocks_by_name(plan.spec, 4)
 
 
-def test_placements_that_are_not_one_chain_need_a_factory():
-    from tessel_dsl.executor.models import shapes
+def test_a_join_that_gets_its_inputs_already_combined_fails_in_the_fake_run():
+    plan = plan_for(ps.shapes.kshape(2, microbatches=2, memory=8), "gpipe", 2)
+    x, y = ps.two_tower_batches(1, 4)[0]
+    torch.manual_seed(0)
+    blocks = {**ps.TWO_TOWER_BLOCKS, "J": ["fuse.mlp", "cls"]}
+    binding = Binding(ps.JoinedTwoTower(), blocks, _graph(plan.spec))
+    with pytest.raises(ExecutionError, match=r"block 'J' takes inputs from \['F0', 'F1'\], but argument 0 of "
+                                             r"its first submodule call depends on the outputs of \['F0', 'F1'\]: "
+                                             r"a join must receive each input block's output as a separate argument"):
+        binding.trace(x, {}, torch.nn.functional.cross_entropy, (y,), torch.device("cpu"))
+    assert not torch.distributed.is_initialized()
 
-    plan = plan_for(shapes.kshape(2, microbatches=2), "gpipe", 2)
-    with pytest.raises(ExecutionError, match=r"must form one chain; 'F1' takes \[\], not just 'F0'"):
-        Pipeline(plan, ps.gpt(), ps.gpt_loss, blocks={})
+
+def test_placements_with_several_last_blocks_need_a_factory():
+    # Two independent pipelines sharing the devices (the X-shape's layout): no one block ends
+    # the model's forward.
+    from tessel_dsl.executor.models import shapes
+    from tessel_dsl.ir import Mode
+
+    spec = shapes._spec("xshape", 2, 4, [("F0", (0,)), ("F1", (1,)), ("G0", (1,)), ("G1", (0,))],
+                        [("F0", "F1"), ("G0", "G1")], Mode.TRAIN, 2)
+    with pytest.raises(ExecutionError, match=r"must end in one forward block.*has 2 \(\['F1', 'G1'\]|"
+                                             r"must end in one forward block.*has 2 \(\['G1', 'F1'\]"):
+        Pipeline(plan_for(spec, "gpipe", 2), ps.gpt(), ps.gpt_loss, blocks={})
