@@ -265,3 +265,39 @@ def inferred(plan, blocks, x):
 
     pipe = Pipeline(plan, gpt(), blocks=blocks)
     return pipe.forward(x)
+
+
+class Diamond(torch.nn.Module):
+    """A trunk feeding two branches, joined again: a fan-out (F0 -> F1, F0 -> F2) and a join
+    (F1, F2 -> J), bound by name."""
+
+    def __init__(self, vocab: int = 64, d: int = 16, classes: int = 5):
+        super().__init__()
+        from tessel_dsl.executor.models.common import ResidualMLP
+
+        self.embed = torch.nn.Embedding(vocab, d)
+        self.trunk = ResidualMLP(d)
+        self.left = ResidualMLP(d)
+        self.right = ResidualMLP(d, act=torch.tanh)
+        self.fuse = Fuse(d)
+        self.cls = torch.nn.Linear(d, classes)
+
+    def forward(self, tokens):
+        x = self.trunk(self.embed(tokens))
+        return self.cls(self.fuse(self.left(x), self.right(x * 2)).mean(1))
+
+
+def diamond():
+    torch.manual_seed(0)
+    return Diamond()
+
+
+DIAMOND_BLOCKS = {"F0": ["embed", "trunk"], "F1": ["left"], "F2": ["right"], "J": ["fuse", "cls"]}
+
+
+def diamond_spec():
+    """F0 (device 0) feeds F1 (device 1) and F2 (device 0), which J (both devices) joins."""
+    from tessel_dsl.ir import Mode
+
+    fwd = [("F0", (0,)), ("F1", (1,)), ("F2", (0,)), ("J", None)]
+    return shapes._spec("diamond", 2, 8, fwd, [("F0", "F1"), ("F0", "F2"), ("F1", "J"), ("F2", "J")], Mode.TRAIN, 2)

@@ -76,6 +76,17 @@ def test_a_two_branch_model_bound_by_name_on_the_kshape():
     assert any(n.startswith("image.") for n in local[1]) and not any(n.startswith("text.") for n in local[1])
 
 
+def test_a_fan_out_and_a_join_bound_by_name():
+    # F0 feeds F1 (another device) and F2 (its own): it sends both the same tensor, and the
+    # gradients coming back from both add up; J joins F1 and F2.
+    from .executor_support import plan_for
+
+    plan = plan_for(ps.diamond_spec(), "gpipe", 2)
+    x, y = ps.batches(64, 1, ROWS * 2, SEQ)[0]
+    data = [(x, y[:, 0] % 5)] * STEPS
+    check(plan, ps.diamond, ps.F.cross_entropy, ps.DIAMOND_BLOCKS, None, data=data)
+
+
 @pytest.mark.parametrize("shape", ["vshape", "mshape"])
 def test_hugging_face_llama(shape):
     pytest.importorskip("transformers")
