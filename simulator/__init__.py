@@ -89,6 +89,8 @@ def _simulate(spec: Spec, programs: tuple[Program, ...], schedule: Schedule | No
         lower_bound=lower_bound(spec),
         peak_memory=tuple(engine.memory.peak),
         memory_capacity=spec.memory,
+        memory_capacities=spec.capacities,
+        memory_reserved=tuple(spec.reserved_on(d) for d in range(spec.devices)),
         overflows=tuple(engine.memory.overflows),
         overflow_count=engine.memory.overflow_count,
         comm_total=comm_total,

@@ -57,7 +57,7 @@ class Engine:
         self.programs = programs
         self.env = simpy.Environment()
         self.net = Network(self.env, link)
-        self.memory = MemoryTracker(spec.devices, spec.memory)
+        self.memory = MemoryTracker(spec.devices, spec.capacities)
         self.states = [DeviceState(d) for d in range(spec.devices)]
         self.starts: dict[tuple[str, int], float] = {}
         self._time = {b.name: b.time for b in spec.blocks}

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tessel_dsl.units import show_memory, show_time
-from tessel_dsl.ir import Link
+from tessel_dsl.ir import Link, Units
 
 from tessel_dsl.simulator.deadlock import Deadlock
 from tessel_dsl.simulator.memory import Overflow
@@ -54,9 +54,24 @@ class Report:
     time_seconds: float = 1.0   # what one time unit is, for showing times as the spec wrote them
     memory_bytes: int = 1
     repetend_start: int | None = None
+    # Per device: the capacity left for the schedule (memory less reserve) and the reserve.
+    memory_capacities: tuple[int, ...] = ()
+    memory_reserved: tuple[int, ...] = ()
     # Per device, the computes in execution order; for timelines and traces, not for JSON.
     timeline: tuple[tuple[Bar, ...], ...] = field(default=(), repr=False, compare=False)
     comm: tuple[tuple[float, float, str, int, int, int], ...] = field(default=(), repr=False, compare=False)
+
+    def capacity(self, device: int) -> int:
+        """Device `device`'s memory limit (what is left after its reserve)."""
+        return self.memory_capacities[device] if self.memory_capacities else self.memory_capacity
+
+    @property
+    def uniform_memory(self) -> bool:
+        return len(set(self.memory_capacities)) <= 1
+
+    def over_memory(self) -> list[int]:
+        """Devices whose peak went above their own capacity."""
+        return [d for d, p in enumerate(self.peak_memory) if p > self.capacity(d)]
 
     @property
     def ok(self) -> bool:
@@ -74,7 +89,10 @@ class Report:
         if self.overflow_count:
             first = self.overflows[0]
             more = f" (+{self.overflow_count - 1} more)" if self.overflow_count > 1 else ""
-            out.append(f"{first}{more}")
+            units = None
+            if self.time_label != "unit" or self.memory_label != "unit":
+                units = Units(self.time_seconds, self.time_label, self.memory_bytes, self.memory_label)
+            out.append(f"{first.text(units)}{more}")
         return out
 
     def to_json(self) -> dict:
@@ -99,6 +117,9 @@ class Report:
             "lower_bound": self.lower_bound,
             "peak_memory": list(self.peak_memory),
             "memory_capacity": self.memory_capacity,
+            "memory_capacities": [self.capacity(d) for d in range(self.devices)],
+            "memory_reserved": list(self.memory_reserved) or [0] * self.devices,
+            "over_memory_devices": self.over_memory(),
             "overflows": [
                 {"time": r(o.time), "device": o.device, "action": o.action, "used": o.used}
                 for o in self.overflows
@@ -185,10 +206,11 @@ def summary_table(report: Report):
             t.add_row(_label(label, report), value)
 
     d = Table(show_header=True, header_style="bold", title="per device", title_justify="left")
-    for col in DEVICE_COLUMNS:
+    columns = [col for col in DEVICE_COLUMNS if col.shown(report)]
+    for col in columns:
         d.add_column(_label(col.title, report), justify="right")
     for i in range(report.devices):
-        d.add_row(*(col.cell(report, i) for col in DEVICE_COLUMNS))
+        d.add_row(*(col.cell(report, i) for col in columns))
     return t, d
 
 
@@ -199,6 +221,8 @@ class DeviceColumn:
 
     title: str
     cell: Callable[[Report, int], str]
+    # Left out of a report it says nothing for (capacity when every device has the same M).
+    shown: Callable[[Report], bool] = lambda r: True
 
 
 def _verdict(report: Report) -> str:
@@ -222,7 +246,7 @@ METRIC_ROWS: tuple[tuple[str, Callable[[Report], str | None]], ...] = (
     ("bubble rate", lambda r: _pct(r.bubble)),
     ("steady-state period ({tu})", _period),
     ("lower bound ({tu})", lambda r: _t(r, r.lower_bound)),
-    ("peak memory / M ({mu})", lambda r: f"{_m(r, max(r.peak_memory, default=0))} / {_m(r, r.memory_capacity)}"),
+    ("peak memory / M ({mu})", lambda r: _peak_vs_capacity(r)),
     ("transfers", lambda r: f"{r.transfers} ({show_memory(r.bytes_moved, 1, 'B')})"),
     ("comm hidden / exposed ({tu})", lambda r: f"{_t(r, r.comm_hidden)} / {_t(r, r.comm_exposed)}"),
     ("start drift vs plan ({tu})", lambda r: None if r.drift_max is None else
@@ -230,9 +254,24 @@ METRIC_ROWS: tuple[tuple[str, Callable[[Report], str | None]], ...] = (
 )
 
 
+def _peak_vs_capacity(r: Report) -> str:
+    """Peak against M; with capacities that differ per device, the device nearest (or furthest
+    over) its own capacity."""
+    if r.uniform_memory:
+        return f"{_m(r, max(r.peak_memory, default=0))} / {_m(r, r.capacity(0) if r.devices else r.memory_capacity)}"
+    d = max(range(r.devices), key=lambda i: (r.peak_memory[i] - r.capacity(i), r.peak_memory[i]))
+    return f"{_m(r, r.peak_memory[d])} / {_m(r, r.capacity(d))} on device {d}"
+
+
 def _peak_cell(report: Report, i: int) -> str:
     peak = report.peak_memory[i]
-    return f"[red]{_m(report, peak)}[/]" if peak > report.memory_capacity else _m(report, peak)
+    return f"[red]{_m(report, peak)}[/]" if peak > report.capacity(i) else _m(report, peak)
+
+
+def _capacity_cell(report: Report, i: int) -> str:
+    """The device's capacity left, with its whole memory and reserve when it has one."""
+    cap, res = report.capacity(i), (report.memory_reserved[i] if report.memory_reserved else 0)
+    return _m(report, cap) + (f" ({_m(report, cap + res)} - {_m(report, res)} reserved)" if res else "")
 
 
 DEVICE_COLUMNS: tuple[DeviceColumn, ...] = (
@@ -240,6 +279,7 @@ DEVICE_COLUMNS: tuple[DeviceColumn, ...] = (
     DeviceColumn("busy ({tu})", lambda r, i: _t(r, r.busy[i])),
     DeviceColumn("bubble", lambda r, i: _pct(r.bubble_per_device[i])),
     DeviceColumn("peak mem", _peak_cell),
+    DeviceColumn("capacity", _capacity_cell, shown=lambda r: not r.uniform_memory or any(r.memory_reserved)),
     DeviceColumn("waiting for data ({tu})", lambda r, i: _t(r, r.wait_per_device[i])),
     DeviceColumn("waiting for peers ({tu})", lambda r, i: _t(r, r.peer_wait_per_device[i])),
 )

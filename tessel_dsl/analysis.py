@@ -63,12 +63,13 @@ def resident_memory(spec: Spec) -> tuple[int, ...]:
 def max_inflight(spec: Spec) -> int:
     """How many micro-batches can be in flight at once under M (at least 1 when one fits).
 
-    A device holding `h` units per in-flight micro-batch fits `M // h` of them; the tightest device
+    A device holding `h` units per in-flight micro-batch fits `capacity(d) // h` of them (its
+    memory less what is reserved there); the tightest device
     decides. With no resident memory anywhere (inference) the limit is the number of blocks, since
     a repetend never needs more micro-batches than it has blocks.
     """
     held = resident_memory(spec)
-    limits = [spec.memory // h for h in held if h > 0]
+    limits = [spec.capacity(d) // h for d, h in enumerate(held) if h > 0]
     if not limits:
         return max(1, len(spec.blocks))
     return max(0, min(limits))

@@ -50,7 +50,7 @@ TslSyntaxError = SyntaxError_
 CODES: dict[str, str] = {
     "unknown-name": "a dependency, expression or `use` names something undefined",
     "duplicate-name": "two blocks (or shapes, or params) share a name",
-    "device-range": "a device outside 0..D-1 (or a device range far too large)",
+    "device-range": "a device outside 0..D-1 (in a block or a `memory ... on` line; or a device range far too large)",
     "empty-devices": "a block placed on no device",
     "duplicate-device": "a block that lists a device twice",
     "non-positive-time": "a block with time ≤ 0",
@@ -78,7 +78,7 @@ CODES: dict[str, str] = {
     "include-error": "an include that cannot be read",
     "include-cycle": "a file that includes itself",
     "missing-declaration": "no `devices` or `memory` (or `on all` before `devices`)",
-    "duplicate-declaration": "a header statement given twice",
+    "duplicate-declaration": "a header statement given twice, or a device named by two `memory ... on` lines",
     "missing-devices": "a block without `on DEVICES`",
     "missing-time": "a block without `time T`",
     "duplicate-option": "a block option given twice",
@@ -89,7 +89,9 @@ CODES: dict[str, str] = {
     "bad-value": "a bad number (e.g. division by zero, a negative count or latency)",
     "too-large": "a loop, range or nesting far too large",
     "bad-devices": "a spec (built in Python) with fewer than one device",
-    "bad-memory": "a spec (built in Python) with a negative memory capacity",
+    "bad-memory": "a negative memory capacity or reserve (or, in a spec built in Python, per-device "
+                  "memory that does not list every device)",
+    "reserve-too-large": "a device whose `reserve` is larger than its memory capacity",
     "bad-microbatches": "a spec (built in Python) with fewer than one micro-batch",
     "no-blocks": "a placement that declares no blocks",
     "bad-mode": "a mode that is neither train nor infer",

@@ -138,6 +138,34 @@ class Spec:
     link: Link = Link()
     params: tuple[tuple[str, str], ...] = ()
     source: str | None = field(default=None, compare=False, repr=False)
+    # Per-device memory (`memory 12GB on 0`, `memory 80GB reserve 6GB`): the capacity each device
+    # has and what is already taken on it (framework, weights, optimizer state). Empty means
+    # `memory` on every device and nothing reserved, so specs and plans without them are unchanged.
+    device_memory: tuple[int, ...] = ()
+    reserved: tuple[int, ...] = ()
+
+    def capacity(self, device: int) -> int:
+        """The memory left for activations on `device`: its capacity less what is reserved there.
+        Every memory limit (search, validator, simulator, reports) reads this, never `memory`."""
+        cap = self.device_memory[device] if self.device_memory else self.memory
+        return cap - (self.reserved[device] if self.reserved else 0)
+
+    @cached_property
+    def capacities(self) -> tuple[int, ...]:
+        """`capacity(d)` for every device."""
+        return tuple(self.capacity(d) for d in range(self.devices))
+
+    @property
+    def uniform_memory(self) -> bool:
+        """Every device has the same room (reports then show one M)."""
+        return len(set(self.capacities)) <= 1
+
+    def total_capacity(self, device: int) -> int:
+        """The device's whole capacity, reserve included (what `memory` says for it)."""
+        return self.device_memory[device] if self.device_memory else self.memory
+
+    def reserved_on(self, device: int) -> int:
+        return self.reserved[device] if self.reserved else 0
 
     @cached_property
     def by_name(self) -> dict[str, Block]:
@@ -193,4 +221,5 @@ class Spec:
         return None
 
     def __hash__(self) -> int:  # cached_property needs a __dict__, so hash by identity of content
-        return hash((self.name, self.devices, self.memory, self.blocks, self.edges, self.microbatches, self.mode))
+        return hash((self.name, self.devices, self.memory, self.blocks, self.edges, self.microbatches, self.mode,
+                     self.device_memory, self.reserved))

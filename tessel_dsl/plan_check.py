@@ -27,6 +27,7 @@ from tessel_dsl.ir import Kind, Spec
 from tessel_dsl.limits import MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICROBATCHES, MAX_QUANTITY
 from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule
+from tessel_dsl.units import memory_in, time_in
 
 _IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
 _MAX_NAME = 200
@@ -69,6 +70,7 @@ def check_spec(spec: Spec) -> None:
     """Ranges, names, placements and edges of a spec taken from a plan (PlanError on the first fault)."""
     _int(spec.devices, "spec.devices", 1, MAX_DEVICES)
     _int(spec.memory, "spec.memory", 0, MAX_QUANTITY)
+    _check_device_memory(spec)
     _int(spec.microbatches, "spec.microbatches", 1, MAX_MICROBATCHES)
     if not 1 <= len(spec.blocks) <= MAX_BLOCKS:
         raise PlanError(f"spec.blocks: a plan needs between 1 and {MAX_BLOCKS} blocks, got {len(spec.blocks)}")
@@ -127,6 +129,28 @@ def check_spec(spec: Spec) -> None:
             _int(x.microbatches, f"spec.expectations[{i}].microbatches", 1, MAX_MICROBATCHES)
         if isinstance(x.value, float):
             _real(x.value, f"spec.expectations[{i}].value", -math.inf)
+
+
+def _check_device_memory(spec: Spec) -> None:
+    """Per-device capacity and reserve: absent (plans written before them), or one whole number
+    per device, and no device left with less than nothing."""
+    for name in ("device_memory", "reserved"):
+        values = getattr(spec, name)
+        if not isinstance(values, tuple):
+            raise PlanError(f"spec.{name} must be a list, got {values!r}")
+        if values and len(values) != spec.devices:
+            raise PlanError(f"spec.{name}: one entry per device ({spec.devices}), got {len(values)}")
+        for d, v in enumerate(values):
+            _int(v, f"spec.{name}[{d}]", 0, MAX_QUANTITY)
+    for d in range(spec.devices if spec.reserved else 0):
+        if spec.capacity(d) < 0:
+            raise PlanError(f"spec.reserved[{d}]: device {d} reserves {memory_in(spec.units, spec.reserved_on(d))} "
+                            f"of its {memory_in(spec.units, spec.total_capacity(d))}")
+
+
+def _both(value: int, physical: str) -> str:
+    """A plan field's number with its physical value when the spec declares a resolution."""
+    return f"{value} ({physical})" if physical != str(value) else str(value)
 
 
 def check_microbatch_count(spec: Spec, n: int) -> None:
@@ -200,14 +224,17 @@ def _check_search_vs_schedule(info, spec: Spec, schedule: Schedule) -> None:
     """What the plan says the search found matches the repetend it stores (reports show both)."""
     from tessel_dsl.analysis import lower_bound
 
+    def t(x: int) -> str:
+        return _both(x, time_in(spec.units, x))
+
     if info.lower_bound and info.lower_bound != lower_bound(spec):
-        raise PlanError(f"search.lower_bound {info.lower_bound} differs from the spec's lower bound "
-                        f"{lower_bound(spec)}")
+        raise PlanError(f"search.lower_bound {t(info.lower_bound)} differs from the spec's lower bound "
+                        f"{t(lower_bound(spec))}")
     rep = schedule.repetend
     if rep is None:
         return
     if info.period and info.period != rep.period:
-        raise PlanError(f"search.period {info.period} differs from the repetend's period {rep.period}")
+        raise PlanError(f"search.period {t(info.period)} differs from the repetend's period {t(rep.period)}")
     if info.nr and info.nr != rep.nr:
         raise PlanError(f"search.nr {info.nr} differs from the repetend's {rep.nr} micro-batches")
 
@@ -302,5 +329,11 @@ def check_programs(spec: Spec, schedule: Schedule, programs: tuple[Program, ...]
 
 def _check_peak(plan) -> None:
     if plan.peak_memory and tuple(plan.peak_memory) != plan.schedule.peak_memory(plan.spec):
-        raise PlanError(f"peak_memory {list(plan.peak_memory)[:8]} does not match the schedule's "
-                        f"{list(plan.schedule.peak_memory(plan.spec))[:8]}")
+        def show(peaks) -> str:
+            shown = list(peaks)[:8]
+            if plan.spec.units.memory_label == "unit":
+                return str(shown)
+            return f"{shown} ([{', '.join(memory_in(plan.spec.units, x) for x in shown)}])"
+
+        raise PlanError(f"peak_memory {show(plan.peak_memory)} does not match the schedule's "
+                        f"{show(plan.schedule.peak_memory(plan.spec))}")

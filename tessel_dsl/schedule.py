@@ -97,6 +97,10 @@ class Schedule:
             peak[d] = max(peak[d], cur[d])
         return tuple(peak)
 
+    def fits_memory(self, spec: Spec) -> bool:
+        """Every device's peak stays within its own capacity (`Spec.capacity`)."""
+        return all(p <= spec.capacity(d) for d, p in enumerate(self.peak_memory(spec)))
+
     def grid(self, spec: Spec, mark: tuple[int, int] | None = None, window: tuple[int, int] | None = None) -> str:
         """Text grid, one row per device, one column per time unit; `mark=(device, time)` adds an
         ``<-- ERROR HERE`` pointer so validator messages show the whole picture. `window=(t0, t1)`

@@ -85,3 +85,16 @@ def memory_in(units, value: float) -> str:
     """`show_memory` with a spec's `Units` (or its JSON dict)."""
     get = units.get if isinstance(units, dict) else lambda k: getattr(units, k)
     return show_memory(value, get("memory_bytes"), get("memory_label"))
+
+
+def capacity_in(spec) -> str:
+    """A spec's memory limit for messages: ``M=16 GB``, or with per-device capacities (less what is
+    reserved) the most common one and the exceptions, ``M=16 GB (device 0: 10 GB, device 3: 9 GB)``."""
+    caps = list(spec.capacities)
+    if not caps:
+        return f"M={memory_in(spec.units, spec.memory)}"
+    common = max(set(caps), key=lambda c: (caps.count(c), c))
+    odd = [f"device {d}: {memory_in(spec.units, c)}" for d, c in enumerate(caps) if c != common]
+    if len(odd) > 8:
+        odd = odd[:8] + [f"{len(odd) - 8} more"]
+    return f"M={memory_in(spec.units, common)}" + (f" ({', '.join(odd)})" if odd else "")

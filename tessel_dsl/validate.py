@@ -3,7 +3,8 @@
 It re-derives everything from the spec and the start times alone (no trust in how the schedule was
 built): every (block, micro-batch) runs exactly once, dependencies finish before their consumers
 start, a device runs one block at a time (a multi-device block occupies all its devices), and the
-running memory sum on each device never exceeds M.
+running memory sum on each device never exceeds that device's capacity (`Spec.capacity`: its
+memory less what is reserved there).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections import Counter
 from tessel_dsl.errors import ScheduleError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.units import memory_in, time_in
 
 
 def validate(spec: Spec, schedule: Schedule, *, check_memory: bool = True) -> None:
@@ -25,15 +27,15 @@ def validate(spec: Spec, schedule: Schedule, *, check_memory: bool = True) -> No
             if b.start < a.start + t_src:
                 dev = spec.block(e.dst).devices[0]
                 _fail(spec, schedule, dev, b.start,
-                      f"dependency broken: {e.dst}:{mb} starts at t={b.start} on device {dev} but "
-                      f"{e.src}:{mb} only ends at t={a.start + t_src}")
+                      f"dependency broken: {e.dst}:{mb} starts at t={_t(spec, b.start)} on device {dev} but "
+                      f"{e.src}:{mb} only ends at t={_t(spec, a.start + t_src)}")
     rows = schedule.per_device(spec)
     for dev, row in enumerate(rows):
         for prev, cur in zip(row, row[1:]):
             if cur.start < prev.end(spec):
                 _fail(spec, schedule, dev, cur.start,
-                      f"device {dev} runs two blocks at once at t={cur.start}: {prev.block}:{prev.mb} "
-                      f"(t={prev.start}..{prev.end(spec)}) and {cur.block}:{cur.mb}")
+                      f"device {dev} runs two blocks at once at t={_t(spec, cur.start)}: {prev.block}:{prev.mb} "
+                      f"(t={_t(spec, prev.start)}..{_t(spec, prev.end(spec))}) and {cur.block}:{cur.mb}")
         if check_memory:
             _check_memory(spec, schedule, dev, row)
 
@@ -64,13 +66,23 @@ def _check_coverage(spec: Spec, schedule: Schedule) -> None:
 
 
 def _check_memory(spec: Spec, schedule: Schedule, dev: int, row: tuple[Slot, ...]) -> None:
-    used = 0
+    used, cap = 0, spec.capacity(dev)
     for s in row:
         used += spec.block(s.block).memory
-        if used > spec.memory:
+        if used > cap:
+            reserved = spec.reserved_on(dev)
+            limit = (f"M={memory_in(spec.units, cap)}" if spec.uniform_memory and not reserved else
+                     f"its capacity {memory_in(spec.units, cap)}"
+                     + (f" ({memory_in(spec.units, spec.total_capacity(dev))} less "
+                        f"{memory_in(spec.units, reserved)} reserved)" if reserved else ""))
             _fail(spec, schedule, dev, s.start,
-                  f"memory overflow on device {dev} at t={s.start}: {s.block}:{s.mb} brings it to {used} "
-                  f"> M={spec.memory}")
+                  f"memory overflow on device {dev} at t={_t(spec, s.start)}: {s.block}:{s.mb} "
+                  f"brings it to {memory_in(spec.units, used)} > {limit}")
+
+
+def _t(spec: Spec, t: int) -> str:
+    """A time in the spec's declared unit (``t=12 ms``); bare units without `resolution time`."""
+    return time_in(spec.units, t)
 
 
 def _fail(spec: Spec, schedule: Schedule, dev: int, t: int, message: str) -> None:

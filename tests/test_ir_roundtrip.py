@@ -38,7 +38,7 @@ def test_every_block_field_is_structural_or_a_table_option():
 # the generator draws it too, and then the writer and the parser must carry it.
 GENERATED = {
     Spec: {"name", "devices", "memory", "blocks", "edges", "microbatches", "mode", "expectations", "units",
-           "link", "params"},
+           "link", "params", "device_memory", "reserved"},
     Edge: {"src", "dst", "tensor"},
     Tensor: {"shape", "dtype"},
     Link: {"latency", "bandwidth"},
@@ -110,9 +110,14 @@ def specs(draw) -> Spec:
     units = parse(f"{head}devices 1\nmemory 1\nforward A on 0 time 1\n").units
     link = Link(draw(st.sampled_from([0.0, 0.5, 3.0])), draw(st.sampled_from([0.0, 1.5, 1000.0])))
     expectations = tuple(draw(st.lists(st.sampled_from(EXPECTATIONS), max_size=3, unique=True)))
+    # Per-device capacity and reserve, stored as the parser stores them: empty when every device
+    # has the default capacity, or nothing is reserved.
+    caps = tuple(draw(st.sampled_from([100, 100, 60, 150])) for _ in range(d))
+    reserved = tuple(draw(st.sampled_from([0, 0, 5])) for _ in range(d))
     return Spec(draw(st.sampled_from(["p", "model_a", "X1"])), d, 100, tuple(blocks), tuple(edges),
                 microbatches=draw(st.integers(1, 64)), mode=Mode.TRAIN, expectations=expectations,
-                units=units, link=link)
+                units=units, link=link, device_memory=caps if set(caps) != {100} else (),
+                reserved=reserved if any(reserved) else ())
 
 
 @SETTINGS

@@ -30,6 +30,9 @@ def summarize(spec) -> dict:
         "microbatch_memory": list(microbatch_memory(spec)),
         "resident_memory": list(resident_memory(spec)),
         "max_inflight": max_inflight(spec),
+        # What bounds the schedule on each device: its memory less what is reserved there.
+        "capacities": list(spec.capacities),
+        "reserved_per_device": [spec.reserved_on(d) for d in range(spec.devices)],
     }
 
 
@@ -38,8 +41,23 @@ DEVICE_COLUMNS = (
     ("device", "right", lambda s, d: str(d)),
     ("blocks", "left", lambda s, d: " ".join(s["blocks_per_device"][d])),
     ("busy", "right", lambda s, d: time_in(s["units"], s["busy_time"][d])),
+    ("capacity", "right", lambda s, d: _capacity(s, d)),
     ("memory / mb", "right", lambda s, d: memory_in(s["units"], s["microbatch_memory"][d])),
 )
+
+
+def _capacity(s: dict, d: int) -> str:
+    """Device d's capacity left for the schedule, and its whole memory and reserve when it has one."""
+    cap, res = s["capacities"][d], s["reserved_per_device"][d]
+    text = memory_in(s["units"], cap)
+    return text + (f" ({memory_in(s['units'], cap + res)} - {memory_in(s['units'], res)} reserved)" if res else "")
+
+
+def _memory_header(s: dict) -> str:
+    caps = s["capacities"]
+    if len(set(caps)) <= 1 and not any(s["reserved_per_device"]):
+        return f"memory {memory_in(s['units'], s['memory'])} per device"
+    return "memory per device below"
 
 
 def render(summary: dict) -> None:
@@ -48,8 +66,8 @@ def render(summary: dict) -> None:
 
     s = summary
     unit = "" if s["units"]["time_label"] == "unit" else f" (1 unit = {s['units']['time_label']})"
-    console.print(f"[bold]{s['name']}[/] — {s['mode']}, {s['devices']} devices, memory {memory_in(s['units'], s['memory'])} "
-                  f"per device, {s['microbatches']} micro-batches, {len(s['blocks'])} blocks{unit}")
+    console.print(f"[bold]{s['name']}[/] — {s['mode']}, {s['devices']} devices, {_memory_header(s)}, "
+                  f"{s['microbatches']} micro-batches, {len(s['blocks'])} blocks{unit}")
     if s["params"]:
         console.print("params: " + ", ".join(f"{k}={v}" for k, v in s["params"]), highlight=False)
     table = Table(show_edge=False, header_style="bold")
@@ -60,8 +78,10 @@ def render(summary: dict) -> None:
     console.print(table)
     console.print(f"lower bound of the repetend period: [bold]{time_in(s['units'], s['lower_bound'])}[/] "
                   "(busiest device's work per micro-batch)")
-    console.print(f"max in-flight micro-batches under memory {memory_in(s['units'], s['memory'])}: "
-                  f"[bold]{s['max_inflight']}[/]")
+    caps = s["capacities"]
+    under = (f"memory {memory_in(s['units'], caps[0])}" if len(set(caps)) == 1
+             else "each device's capacity")
+    console.print(f"max in-flight micro-batches under {under}: [bold]{s['max_inflight']}[/]")
     from tessel_dsl.tools.expect import format_value
 
     for x in s["expectations"]:

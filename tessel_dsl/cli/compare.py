@@ -32,6 +32,15 @@ def _time(units, x) -> str:
     return _num(x) if units is None or units.time_label == "unit" or x is None else time_in(units, x)
 
 
+def _limit(spec, prefix: str = "") -> str:
+    """The memory limit: one M, or with per-device capacities the common one and the exceptions."""
+    from tessel_dsl.units import capacity_in
+
+    if spec.uniform_memory:
+        return prefix + _mem(spec.units, spec.capacity(0) if spec.devices else spec.memory)
+    return capacity_in(spec)[len("M="):] if not prefix else capacity_in(spec)
+
+
 def _mem(units, x) -> str:
     """A memory cell: in the spec's declared unit (``12 GB``), or the bare number without one."""
     from tessel_dsl.units import memory_in
@@ -63,7 +72,11 @@ def render_rows(title: str, rows, units=None) -> list:
                           *([""] * 6))
             why.append(Text.from_markup(f"  [dim]{escape(r.schedule)} {shown}: {escape(r.reason)}[/]"))
             continue
-        mem = f"{_mem(units, max(r.peak_memory, default=0))}/{_mem(units, r.memory_limit)}"
+        if len(set(r.memory_limits)) > 1:  # devices differ: the one nearest (or over) its own capacity
+            d = r.memory_device
+            mem = f"{_mem(units, r.peak_memory[d])}/{_mem(units, r.memory_limit)} on {d}"
+        else:
+            mem = f"{_mem(units, max(r.peak_memory, default=0))}/{_mem(units, r.memory_limit)}"
         if r.over_memory:
             mem = f"[bold red]{mem} >M[/]"
         period = "-" if r.period is None else f"{_time(units, r.period)} ({_time(units, r.lower_bound)})"
@@ -106,7 +119,7 @@ def render_placements(results) -> object:
     for path, spec, rows in results:
         tessel, best, ratio = versus_best(rows)
         n = str(rows[0].microbatches) if rows else "-"
-        table.add_row(Path(path).name, str(spec.devices), _mem(spec.units, spec.memory), n,
+        table.add_row(Path(path).name, str(spec.devices), _limit(spec), n,
                       "-" if tessel is None else _time(spec.units, tessel.makespan),
                       "-" if tessel is None else _pct(tessel.bubble),
                       "-" if best is None else best.schedule,
@@ -214,14 +227,16 @@ def compare(
 
             _, best, ratio = versus_best(rows)
             everything.append({"spec": spec.name, "file": str(path), "devices": spec.devices,
-                               "memory": spec.memory, "mode": spec.mode.value,
+                               "memory": spec.memory, "capacities": list(spec.capacities),
+                               "reserved": [spec.reserved_on(d) for d in range(spec.devices)],
+                               "mode": spec.mode.value,
                                "rows": [asdict(r) for r in rows],
                                "best_baseline": None if best is None else best.schedule,
                                "tessel_vs_best": ratio})
             continue
         from tessel_dsl.analysis import lower_bound
 
-        title = (f"{spec.name} ({path}): D={spec.devices}, M={_mem(spec.units, spec.memory)}, "
+        title = (f"{spec.name} ({path}): D={spec.devices}, {_limit(spec, 'M=')}, "
                  f"{spec.mode.value}, lower bound {_time(spec.units, lower_bound(spec))} per micro-batch")
         for part in render_rows(title, rows, spec.units):
             console.print(part, soft_wrap=True)

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
+from tessel_dsl.units import capacity_in, memory_in, time_in
 
 
 class ExportFormat(str, Enum):
@@ -64,7 +65,7 @@ def import_(
     save_plan(plan, output)
     console.print(
         f"[bold]{schedule.name}[/]: {schedule.microbatches} micro-batches, makespan "
-        f"{schedule.makespan(the_spec)}, bubble {schedule.bubble_rate(the_spec):.1%}, peak memory "
-        f"{list(plan.peak_memory)} (M = {the_spec.memory}) -> {output}",
+        f"{time_in(the_spec.units, schedule.makespan(the_spec))}, bubble {schedule.bubble_rate(the_spec):.1%}, peak memory "
+        f"[{', '.join(memory_in(the_spec.units, x) for x in plan.peak_memory)}] ({capacity_in(the_spec)}) -> {output}",
         highlight=False, soft_wrap=True,
     )

@@ -151,4 +151,7 @@ def _table(old, new, found) -> None:
         devs = ",".join(map(str, b.devices)) if len(b.devices) < new.devices or new.devices == 1 else "all"
         t.add_row(b.name, devs, cells[0], cells[1], cells[2], str(b.time), str(b.memory), cells[3])
     console.print(t)
-    console.print(f"memory capacity M = {new.memory} units", highlight=False)
+    from tessel_dsl.units import capacity_in
+
+    console.print(f"memory capacity {capacity_in(new)}" + (" units" if new.units.memory_label == "unit" else ""),
+                  highlight=False)

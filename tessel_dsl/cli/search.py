@@ -54,6 +54,8 @@ def summary(spec, plan) -> dict:
         "bubble": round(sched.bubble_rate(spec), 6),
         "peak_memory": list(plan.peak_memory),
         "memory": spec.memory,
+        "capacities": list(spec.capacities),
+        "reserved_per_device": [spec.reserved_on(d) for d in range(spec.devices)],
         "search_seconds": round(info.seconds, 3),
         "solver": info.solver,
         "method": info.method,
@@ -97,7 +99,8 @@ ROWS = (
     ("makespan", _makespan),
     ("bubble rate", lambda s: f"{s['bubble'] * 100:.2f}%"),
     ("peak memory per device", lambda s: " ".join(in_memory(s, m) for m in s["peak_memory"])
-     + f"  (M={in_memory(s, s['memory'])})"),
+     + (f"  (M={in_memory(s, s['capacities'][0])})" if len(set(s["capacities"])) == 1
+        else f"  (capacities {' '.join(in_memory(s, m) for m in s['capacities'])})")),
     ("search", lambda s: f"{s['search_seconds']:.2f}s, {s['solver']}/{s['method']}, "
                          f"{s['candidates_tried']} tried, {s['candidates_pruned']} pruned"),
     ("proven", _proven),

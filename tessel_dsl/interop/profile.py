@@ -195,11 +195,24 @@ def _devices(b: Block, spec: Spec) -> str:
     return "[" + ", ".join(map(str, b.devices)) + "]"
 
 
+def _device_memory_lines(spec: Spec) -> list[str]:
+    """`memory C reserve R on d, ...` for the devices whose capacity or reserve is not the default
+    (devices with the same pair share a line)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for d in range(spec.devices):
+        pair = (spec.total_capacity(d), spec.reserved_on(d))
+        if pair != (spec.memory, 0):
+            groups.setdefault(pair, []).append(d)
+    return [f"memory {cap}" + (f" reserve {res}" if res else "") + " on " + ", ".join(map(str, devs))
+            for (cap, res), devs in groups.items()]
+
+
 def spec_to_tsl(spec: Spec, header: str = "") -> str:
     """A flat `.tsl` text for an instantiated spec (parses back to an equal Spec)."""
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
     lines += [f"placement {spec.name}", f"param N = {spec.microbatches}", "",
               f"devices {spec.devices}", f"memory {spec.memory}", "microbatches N", f"mode {spec.mode.value}"]
+    lines += _device_memory_lines(spec)
     if _physical_time(spec.units):
         lines.append(f"resolution time {spec.units.time_label}")
     if spec.units.memory_bytes > 1:

@@ -37,6 +37,7 @@ def diagnose(spec: Spec) -> list[Diagnostic]:
         out.append(Diagnostic("bad-devices", f"a placement needs at least one device, got {spec.devices}"))
     if spec.memory < 0:
         out.append(Diagnostic("bad-memory", f"memory capacity must not be negative, got {memory_in(spec.units, spec.memory)}"))
+    out += _device_memory(spec)
     if spec.microbatches < 1:
         out.append(Diagnostic("bad-microbatches", f"micro-batch count must be at least 1, got {spec.microbatches}"))
     if not spec.blocks:
@@ -143,16 +144,41 @@ def _find_cycle(spec: Spec) -> list[str] | None:
     return None
 
 
+def _device_memory(spec: Spec) -> list[Diagnostic]:
+    """Per-device memory of a spec built in Python: one entry per device, nothing negative, no
+    reserve above its device's capacity (text specs get these errors at the line that says it)."""
+    out: list[Diagnostic] = []
+    for what, values in (("device_memory", spec.device_memory), ("reserved", spec.reserved)):
+        if values and len(values) != spec.devices:
+            out.append(Diagnostic("bad-memory", f"{what} lists {len(values)} devices, the spec has {spec.devices}"))
+        elif any(v < 0 for v in values):
+            out.append(Diagnostic("bad-memory", f"{what} must not be negative, got {list(values)}"))
+    if out or spec.devices < 1:
+        return out
+    for d in range(spec.devices):
+        if spec.reserved_on(d) and spec.capacity(d) < 0 <= spec.total_capacity(d):
+            out.append(Diagnostic("reserve-too-large", f"device {d} reserves {memory_in(spec.units, spec.reserved_on(d))} "
+                                  f"of its {memory_in(spec.units, spec.total_capacity(d))} (capacity left below zero)"))
+    return out
+
+
 def _memory(spec: Spec) -> list[Diagnostic]:
     out = _memory_balance(spec)
     need = microbatch_memory(spec)
     for d, n in enumerate(need):
-        if n > spec.memory:
+        cap = spec.capacity(d)
+        if n > cap:
+            has = (f"but each device has {memory_in(spec.units, cap)}" if spec.uniform_memory
+                   else f"but device {d} has {memory_in(spec.units, cap)}") + _reserve_note(spec, d)
             out.append(Diagnostic("memory-infeasible", f"one micro-batch needs {memory_in(spec.units, n)} memory on device {d}, "
-                                  f"but each device has {memory_in(spec.units, spec.memory)} (over by "
-                                  f"{memory_in(spec.units, n - spec.memory)}); no "
+                                  f"{has} (over by {memory_in(spec.units, n - cap)}); no "
                                   "schedule can fit it", _first_span_on(spec, d)))
     return out
+
+
+def _reserve_note(spec: Spec, d: int) -> str:
+    r = spec.reserved_on(d)
+    return f" ({memory_in(spec.units, spec.total_capacity(d))} less {memory_in(spec.units, r)} reserved)" if r else ""
 
 
 def _memory_balance(spec: Spec) -> list[Diagnostic]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import ChainMap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +20,7 @@ from tessel_dsl.lang import syntax as A
 from tessel_dsl import units as U
 from tessel_dsl.errors import Diagnostic, Location
 from tessel_dsl.ir import Block, Edge, Expectation, Link, Units
-from tessel_dsl.lang.blocks import build_block
+from tessel_dsl.lang.blocks import _devices, build_block
 from tessel_dsl.lang.values import MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER, UNSET, ForwardOptions, Skip, Values
 from tessel_dsl.limits import MAX_EXPANSION, MAX_INCLUDES
 
@@ -52,6 +52,10 @@ class Program:
     derive_loc: Location | None = None
     link: Link = Link()
     units: Units = Units()
+    reserve: int = 0  # the default line's `reserve`
+    # `memory ... on DEVICES` lines, resolved per device: capacity (train, infer) and reserve.
+    device_memory: dict[int, tuple[int, int | None]] = field(default_factory=dict)
+    device_reserve: dict[int, int] = field(default_factory=dict)
 
 
 class Evaluator(Values):
@@ -81,6 +85,8 @@ class Evaluator(Values):
         self._includes = 0
         self._loaded: dict[str, A.Module | None] = {}  # path -> parsed include (None: unreadable)
         self.stopped = False  # evaluation ended early: the blocks gathered are incomplete
+        self._memory_lines: list[A.Memory] = []
+        self._memory_locs: dict[int, Location] = {}
 
     # ---- driver -----------------------------------------------------------------------------
     def run(self) -> Program:
@@ -94,6 +100,7 @@ class Evaluator(Values):
                            f"(parameters: {declared})", None)
         for s in top:
             self._guard(self._header, s, isinstance(s, _HEADER))
+        self._device_memory()
         try:
             if self._devices_ok():
                 for s in top:
@@ -243,10 +250,15 @@ class Evaluator(Values):
                 raise self.error("bad-value", f"devices must be between 1 and {MAX_DEVICES}, got {n}", s.loc)
             o.devices = n
         elif isinstance(s, A.Memory):
+            if s.on is not None:
+                self._memory_lines.append(s)  # resolved once `devices` is known
+                return
             self._once("memory", s.loc)
-            o.memory = self.memory_units(s.train, self.params)
+            o.memory = self._capacity(s.train)
             if s.infer is not None:
-                o.infer_memory = self.memory_units(s.infer, self.params)
+                o.infer_memory = self._capacity(s.infer)
+            if s.reserve is not None:
+                o.reserve = self._capacity(s.reserve, "reserved memory")
         elif isinstance(s, A.Microbatches):
             self._once("microbatches", s.loc)
             n = self.integer(s.count, self.params)
@@ -265,6 +277,46 @@ class Evaluator(Values):
             o.derive_time = self.grad_time(s.time, self.params) if s.time else ("x", 2.0)
         elif isinstance(s, A.Expect):
             self._expect(s)
+
+    def _capacity(self, size: A.MemSize, what: str = "memory capacity") -> int:
+        n = self.memory_size(size, self.params)
+        if n < 0:
+            raise self.error("bad-memory", f"{what} must not be negative, got "
+                             f"{U.show_memory(n, *self._mem_show())}", size.loc)
+        return n
+
+    def _mem_show(self) -> tuple[int, str]:
+        return self._mem_res if self._mem_res else (1, "unit")
+
+    def _device_memory(self) -> None:
+        """Resolve the `memory ... on DEVICES` lines into per-device capacity and reserve: a
+        device named by two lines, or outside 0..D-1, is an error naming both places."""
+        o = self.out
+        first: dict[int, Location] = {}
+        for s in self._memory_lines:
+            try:
+                cap = self._capacity(s.train)
+                infer = self._capacity(s.infer) if s.infer is not None else None
+                reserve = self._capacity(s.reserve, "reserved memory") if s.reserve is not None else None
+                devs: list[int] = []
+                for d in s.on:
+                    devs.extend(_devices(self, d, self.params))
+            except Skip:
+                continue
+            for d in devs:
+                if o.devices is not None and not 0 <= d < o.devices:
+                    self.error("device-range", f"`memory ... on {d}`: device {d} is outside "
+                               f"0..{o.devices - 1}", s.loc)
+                    continue
+                if d in first:
+                    self.error("duplicate-declaration", f"the memory of device {d} is given twice "
+                               f"(first at {first[d]})", s.loc)
+                    continue
+                first[d] = s.loc
+                o.device_memory[d] = (cap, infer)
+                if reserve is not None:
+                    o.device_reserve[d] = reserve
+        self._memory_locs = first
 
     def _link(self, s: A.LinkStmt) -> Link:
         latency = bandwidth = 0.0

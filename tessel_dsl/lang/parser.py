@@ -14,6 +14,7 @@ from lark import Lark, Token
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.indenter import DedentError, Indenter
 
+from tessel_dsl import units as U
 from tessel_dsl.lang import syntax as A
 from tessel_dsl.lang.tree import ToAst
 from tessel_dsl.lang.derive import derive_backward, project_infer
@@ -286,11 +287,13 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
     memory = out.memory if out.memory is not None else 0
     if chosen is Mode.INFER and out.infer_memory is not None:
         memory = out.infer_memory
+    device_memory, reserved = _device_memory(ev, out, chosen, memory, diags)
     spec = Spec(
         name=out.name or (Path(module.file).stem if module.file != "<string>" else "spec"),
         devices=out.devices or 0, memory=memory, blocks=tuple(blocks), edges=tuple(unique),
         microbatches=out.microbatches, mode=chosen, expectations=tuple(ev.expectations),
         units=out.units, link=out.link, params=tuple(ev.param_text), source=module.file,
+        device_memory=device_memory, reserved=reserved,
     )
     if out.devices is not None and out.memory is not None and not ev.stopped:
         found = diagnose(spec)
@@ -305,6 +308,29 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
                                   d.location.line if d.location else 0, d.location.column if d.location else 0))
         raise SpecError(diags)
     return spec
+
+
+def _device_memory(ev, out, mode: Mode, memory: int, diags: list[Diagnostic]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per-device capacity and reserve for the IR (empty tuples when every device has the
+    default and nothing is reserved), and an error for a device whose reserve exceeds its capacity."""
+    n = out.devices or 0
+    caps, res = [memory] * n, [out.reserve] * n
+    for d, (train, infer) in out.device_memory.items():
+        if d < n:
+            caps[d] = infer if mode is Mode.INFER and infer is not None else train
+    for d, r in out.device_reserve.items():
+        if d < n:
+            res[d] = r
+    show = ev._mem_show()
+    for d in range(n):
+        if res[d] > caps[d]:
+            loc = ev._memory_locs.get(d, ev._seen_header.get("memory"))
+            diags.append(Diagnostic("reserve-too-large", f"device {d} reserves "
+                                    f"{U.show_memory(res[d], *show)} of its {U.show_memory(caps[d], *show)} "
+                                    f"(capacity left {U.show_memory(caps[d] - res[d], *show)}, below zero)", loc))
+    device_memory = tuple(caps) if any(c != memory for c in caps) else ()
+    reserved = tuple(res) if any(res) else ()
+    return device_memory, reserved
 
 
 def _link_backwards(ev, blocks: list[Block], diags: list[Diagnostic]) -> list[Block]:

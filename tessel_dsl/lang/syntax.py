@@ -112,9 +112,20 @@ class Devices(Stmt):
 
 
 @dataclass(frozen=True)
+class MemSize:
+    """A memory size, possibly a sum of sizes: ``80GB - 6GB`` is terms ((+1, 80GB), (-1, 6GB))."""
+
+    terms: tuple[tuple[int, Quantity], ...]
+    loc: Location
+
+
+@dataclass(frozen=True)
 class Memory(Stmt):
-    train: Quantity
-    infer: Quantity | None
+    train: MemSize
+    infer: MemSize | None
+    reserve: MemSize | None = None
+    # `on ...`: the devices this line is for; None for the default line (every device).
+    on: tuple["DevSet", ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from tessel_dsl.lang.options import BY_RULE
 from tessel_dsl.limits import MAX_NUMBER
 from tessel_dsl.lang.syntax import (
     BinOp, BlockDecl, Derive, DevAll, DevList, DevRange, Devices, Edges, Expect, Expr, For, Include,
-    LinkStmt, Memory, Microbatches, ModeStmt, Name, Neg, NodeFor, NodeGroup, NodeName, Num, Param,
+    LinkStmt, Memory, MemSize, Microbatches, ModeStmt, Name, Neg, NodeFor, NodeGroup, NodeName, Num, Param,
     Percent, Placement, Quantity, Range, Rate, Resolution, ShapeDef, Stmt, TensorAnn, Use, Var,
 )
 
@@ -105,7 +105,29 @@ class ToAst(Transformer):
         return Devices(self._loc(meta), c[0])
 
     def memory(self, meta, c):
-        return Memory(self._loc(meta), c[0], c[1] if len(c) > 1 else None)
+        parts = {t[0]: t[1] for t in c[1:]}
+        return Memory(self._loc(meta), c[0], parts.get("infer"), parts.get("reserve"), parts.get("on"))
+
+    def mem_size(self, meta, c):
+        terms, sign = [], 1
+        for x in c:
+            if isinstance(x, Quantity):
+                terms.append((sign, x))
+            else:
+                sign = -1 if x == "-" else 1
+        return MemSize(tuple(terms), self._loc(meta))
+
+    def mem_op(self, meta, c):
+        return str(c[0])
+
+    def mem_infer(self, meta, c):
+        return ("infer", c[0])
+
+    def mem_reserve(self, meta, c):
+        return ("reserve", c[0])
+
+    def mem_on(self, meta, c):
+        return ("on", tuple(c))
 
     def microbatches(self, meta, c):
         return Microbatches(self._loc(meta), c[0])

@@ -127,6 +127,17 @@ class Values:
                              "of units", q.loc)
         return int(value)
 
+    def memory_size(self, size: A.MemSize, env) -> int:
+        """A memory size that may add and subtract sizes (``80GB - 6GB``), in integer units."""
+        units = {q.unit is not None for _, q in size.terms}
+        if len(units) > 1:
+            raise self.error("unknown-unit", "a memory sum needs a unit on every size (`80GB - 6GB`) "
+                             "or on none", size.loc)
+        total = sum(sign * self.memory_units(q, env) for sign, q in size.terms)
+        if abs(total) > MAX_NUMBER:
+            raise self.error("bad-value", "number out of range", size.loc)
+        return total
+
     def _whole(self, units: float, value: float, q: A.Quantity, what: str) -> int:
         """`units` as an integer, or an error: a quantity is never rounded silently."""
         n = U.round_units(units, positive=False)

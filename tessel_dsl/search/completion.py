@@ -94,7 +94,7 @@ def _problem(spec: Spec, free: list[tuple[str, int]], pinned: dict[tuple[str, in
                 prec.append(Precedence(index[k], index[barrier_before[d]]))
             if d in barrier_after:
                 prec.append(Precedence(index[barrier_after[d]], index[k]))
-    return Problem(tuple(tasks), tuple(prec), spec.devices, capacity=spec.memory, initial_memory=initial), keys
+    return Problem(tuple(tasks), tuple(prec), spec.devices, capacity=spec.capacities, initial_memory=initial), keys
 
 
 def _phase(sol: Solution, keys: list[tuple[str, int]], count: int) -> Phase:

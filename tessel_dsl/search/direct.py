@@ -10,7 +10,7 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Slot
 from tessel_dsl.search.compact import compact
 from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, solve
-from tessel_dsl.units import memory_in
+from tessel_dsl.units import capacity_in, memory_in
 
 
 def direct(spec: Spec, n: int, solver: str, time_limit: float | None) -> tuple[tuple[Slot, ...], bool]:
@@ -25,11 +25,11 @@ def direct(spec: Spec, n: int, solver: str, time_limit: float | None) -> tuple[t
     prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)]) for mb in range(n) for e in spec.edges]
     prec += [Precedence(index[(b.name, mb)], index[(b.name, mb + 1)], -b.time)
              for b in spec.blocks for mb in range(n - 1)]
-    sol = solve(Problem(tasks, tuple(prec), spec.devices, capacity=spec.memory), Objective.MAKESPAN,
+    sol = solve(Problem(tasks, tuple(prec), spec.devices, capacity=spec.capacities), Objective.MAKESPAN,
                 time_limit, solver=solver)
     if not sol.ok:
         if sol.status == "infeasible":
-            raise InfeasibleError(f"no schedule of {n} micro-batches fits memory M={memory_in(spec.units, spec.memory)}")
+            raise InfeasibleError(f"no schedule of {n} micro-batches fits memory {capacity_in(spec)}")
         raise TesselError(f"the time limit ran out before any schedule of {n} micro-batches was found")
     slots = compact(spec, [Slot(t, b, mb) for (b, mb), t in zip(keys, sol.starts)])
     return slots, sol.proven

@@ -31,6 +31,7 @@ from tessel_dsl.validate import validate
 from tessel_dsl.search.modulo import POLISH_EFFORT
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.direct import direct
+from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.search.timescale import divide_schedule, divide_spec, divisible, scale_schedule, time_unit
 
 METHODS = ("enumerate", "modulo")
@@ -86,10 +87,11 @@ def _check_inputs(spec: Spec, n: int, method: str) -> None:
         raise TesselError(f"unknown search method {method!r} (choose one of: auto, {', '.join(METHODS)})")
     need = microbatch_memory(spec)
     for d, m in enumerate(need):
-        if m > spec.memory:
+        if m > spec.capacity(d):
             raise InfeasibleError(
-                f"memory M={spec.memory} is below what one micro-batch needs on device {d} ({m}); "
-                f"no schedule exists: raise M to at least {max(need)} or split the blocks on device {d}")
+                f"memory {memory_in(spec.units, spec.capacity(d))} on device {d} is below what one micro-batch "
+                f"needs there ({memory_in(spec.units, m)}); no schedule exists: give device {d} at least "
+                f"{memory_in(spec.units, m)} or split its blocks")
 
 
 def _polish(spec: Spec, rep: Repetend, solver: str, left: float | None) -> Repetend:
@@ -401,7 +403,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
                       None if cool is None else replace(cool, proven=True))  # already counted as cut
     if warm is None or cool is None:
         raise InfeasibleError(f"the repetend (P={rep.period * clock.unit}, N_R={rep.nr}) has no valid warmup or cooldown "
-                              f"under M={spec.memory}")
+                              f"under {capacity_in(spec)}")
     notes = [note] if note else []
     if not warm.proven:
         counters.cuts.append("the warmup")

@@ -83,16 +83,16 @@ def _cpsat_memory_rows(m, spec: Spec, period: int, s: list, r: list, before: dic
         if not any(blocks[i].memory for i in on):
             continue
         entry = sum(blocks[i].memory * r[i] for i in on)
-        m.add(entry <= spec.memory)
+        m.add(entry <= spec.capacity(d))
         if sum(blocks[i].memory for i in on) == 0:  # the average is only defined when nothing leaks
             m.add(sum(-blocks[i].memory * (s[i] - period * r[i]) for i in on if blocks[i].memory)
-                  <= spec.memory * period)
+                  <= spec.capacity(d) * period)
         for i in on:
             if blocks[i].memory > 0:
                 # The running sum peaks right after an allocation.
                 m.add(entry + blocks[i].memory
                       + sum(blocks[j].memory * before[(j, i)] for j in on if j != i and blocks[j].memory)
-                      <= spec.memory)
+                      <= spec.capacity(d))
 
 
 def _z3_memory_rows(z3, spec: Spec, period: int, s: list, r: list) -> list:
@@ -104,13 +104,13 @@ def _z3_memory_rows(z3, spec: Spec, period: int, s: list, r: list) -> list:
         if not on:
             continue
         entry = z3.Sum([blocks[i].memory * r[i] for i in on])
-        cons.append(entry <= spec.memory)
+        cons.append(entry <= spec.capacity(d))
         if sum(blocks[i].memory for i in on) == 0:
-            cons.append(z3.Sum([-blocks[i].memory * (s[i] - period * r[i]) for i in on]) <= spec.memory * period)
+            cons.append(z3.Sum([-blocks[i].memory * (s[i] - period * r[i]) for i in on]) <= spec.capacity(d) * period)
         for i in on:
             if blocks[i].memory > 0:
                 prior = [z3.If(s[j] < s[i], blocks[j].memory, 0) for j in on if j != i]
-                cons.append(entry + blocks[i].memory + (z3.Sum(prior) if prior else 0) <= spec.memory)
+                cons.append(entry + blocks[i].memory + (z3.Sum(prior) if prior else 0) <= spec.capacity(d))
     return cons
 
 

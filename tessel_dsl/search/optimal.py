@@ -23,7 +23,7 @@ from tessel_dsl.errors import InfeasibleError, TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.plan import SearchInfo
 from tessel_dsl.schedule import Schedule, Slot
-from tessel_dsl.units import memory_in
+from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
 
 
@@ -54,12 +54,12 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
         raise TesselError(f"TO needs at least 1 micro-batch, got {n}")
     name = resolve(solver)
     need = microbatch_memory(spec)
-    worst = max(range(spec.devices), key=lambda d: need[d], default=0)
-    if spec.devices and need[worst] > spec.memory:
-        raise InfeasibleError(f"memory M={memory_in(spec.units, spec.memory)} is below the "
+    worst = max(range(spec.devices), key=lambda d: need[d] - spec.capacity(d), default=0)
+    if spec.devices and need[worst] > spec.capacity(worst):
+        raise InfeasibleError(f"memory {memory_in(spec.units, spec.capacity(worst))} on device {worst} is below the "
                               f"{memory_in(spec.units, need[worst])}{' units' if spec.units.memory_label == 'unit' else ''} "
                               "one micro-batch "
-                              f"needs on device {worst}")
+                              f"needs there")
     keys = [(b.name, mb) for mb in range(n) for b in spec.blocks]
     index = {k: i for i, k in enumerate(keys)}
     tasks = tuple(Task(k, spec.block(k[0]).time, spec.block(k[0]).devices, spec.block(k[0]).memory) for k in keys)
@@ -77,13 +77,13 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
             start.update(((b.name, mb), t) for mb, t in enumerate(times))
         hints = tuple(start[k] for k in keys)
         horizon = hint.makespan(spec)
-    problem = Problem(tasks, tuple(prec), spec.devices, spec.memory, horizon=horizon, hints=hints)
+    problem = Problem(tasks, tuple(prec), spec.devices, spec.capacities, horizon=horizon, hints=hints)
     options = {"workers": workers} if workers and name == "cpsat" else {}
     t0 = time.perf_counter()
     sol = solve(problem, "makespan", time_limit, solver=name, **options)
     seconds = time.perf_counter() - t0
     if sol.status == "infeasible":
-        raise InfeasibleError(f"no schedule of {n} micro-batches fits memory M={memory_in(spec.units, spec.memory)}")
+        raise InfeasibleError(f"no schedule of {n} micro-batches fits memory {capacity_in(spec)}")
     note = "optimum proven" if sol.proven else f"time limit {time_limit:g} s reached: best found, not proven optimal"
     starts = sol.starts
     if not sol.ok:

@@ -45,7 +45,7 @@ def best_baseline(spec: Spec, n: int, than: int) -> tuple[Schedule, str] | None:
             sched = build(spec, name, n)
         except TesselError:
             continue  # not applicable to this placement (or not for this memory)
-        if max(sched.peak_memory(spec), default=0) > spec.memory:
+        if not sched.fits_memory(spec):
             continue
         span = sched.makespan(spec)
         if span < than and (best is None or span < best[0].makespan(spec)):
@@ -97,7 +97,7 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
     # schedule is free: with the middle's order fixed, the budgeted capped solve was measured to stop
     # at a worse schedule than the uncapped one started from the current (interleaved D=4 N=16:
     # 149 against 142).
-    problem = Problem(tasks, tuple(prec), spec.devices, capacity=spec.memory, horizon=span,
+    problem = Problem(tasks, tuple(prec), spec.devices, capacity=spec.capacities, horizon=span,
                       makespan_below=span if head >= span else None, hints=tuple(s.start for s in slots))
     if span <= makespan_lower_bound(problem):
         return schedule, False  # already as short as this problem allows: nothing to re-solve

@@ -71,11 +71,12 @@ def nr_limit(spec: Spec) -> int:
     `analysis.max_inflight` charges every micro-batch its whole resident memory on each device,
     but a repetend's blocks belong to different micro-batches (in Chimera's X-shape the two chains
     of one micro-batch need not be in flight together), so it can undercount. The block-level
-    limit is the number of copies of the smallest allocation that fit in M; the exact memory
+    limit is the number of copies of the smallest allocation that fit in the roomiest device's
+    capacity; the exact memory
     constraints of every candidate then decide.
     """
     positive = [b.memory for b in spec.blocks if b.memory > 0]
-    per_block = spec.memory // min(positive) if positive else len(spec.blocks)
+    per_block = max(spec.capacities, default=0) // min(positive) if positive else len(spec.blocks)
     return max(1, max_inflight(spec), min(per_block, len(spec.blocks)))
 
 
@@ -96,7 +97,8 @@ def memory_ok(spec: Spec, offsets: dict[str, int]) -> bool:
         ms = [b.memory for b in spec.blocks_on(d)]
         neg = sum(m for m in ms if m < 0)
         top = max([m for m in ms if m > 0], default=0)
-        if entry[d] > spec.memory or entry[d] + neg + top > spec.memory or entry[d] + sum(ms) > spec.memory:
+        cap = spec.capacity(d)
+        if entry[d] > cap or entry[d] + neg + top > cap or entry[d] + sum(ms) > cap:
             return False
     return True
 
@@ -168,7 +170,7 @@ def repetend_problem(spec: Spec, offsets: dict[str, int], period: int) -> Proble
     tasks = tuple(Task(b.name, b.time, b.devices, b.memory) for b in spec.blocks)
     prec = tuple(Precedence(index[e.src], index[e.dst], -period * (offsets[e.src] - offsets[e.dst]))
                  for e in spec.edges)
-    return Problem(tasks, prec, spec.devices, capacity=spec.memory,
+    return Problem(tasks, prec, spec.devices, capacity=spec.capacities,
                    initial_memory=entry_memory(spec, offsets), span_limit=period)
 
 

@@ -81,8 +81,8 @@ def resolve(spec: Spec, value) -> float | None:
     """A target number: symbols ``M`` and ``lower_bound`` resolve against the spec."""
     if value is None or isinstance(value, (int, float)):
         return None if value is None else float(value)
-    if value == "M":
-        return float(spec.memory)
+    if value == "M":  # the tightest device's room; `judge` compares each device with its own
+        return float(min(spec.capacities, default=spec.memory))
     if value == "lower_bound":
         from tessel_dsl.analysis import lower_bound
 
@@ -128,6 +128,11 @@ def judge(spec: Spec, e: Expectation, n: int, report, plan=None) -> Outcome:
         detail = "" if got else (report.deadlock.summary() if report.deadlock else "deadlock")
         return Outcome(e, n, got, None, bool(got), detail)
     target = resolve(spec, e.value)
+    if e.metric == "peak_memory" and e.value == "M" and report.peak_memory:
+        # M is per device when devices differ: judge the device nearest (or furthest over) its own.
+        d = max(range(len(report.peak_memory)),
+                key=lambda i: (report.peak_memory[i] - spec.capacity(i), report.peak_memory[i]))
+        got, target = float(report.peak_memory[d]), float(spec.capacity(d))
     if got is None or target is None:
         return Outcome(e, n, got, target, False, f"cannot measure {e.metric} at N={n}")
     ok = compare(float(got), e.op, target)

@@ -22,7 +22,7 @@ from tessel_dsl.errors import InfeasibleError, ScheduleError
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.baselines.chain import Chain, NotApplicable, Stage, components, find_chain, find_rounds, find_stages
 from tessel_dsl.search.baselines.listsched import Key, play_greedy, play_queues
-from tessel_dsl.units import memory_in
+from tessel_dsl.units import capacity_in, memory_in
 
 
 def _gpipe_wave(spec: Spec, mbs: range) -> list[list[Key]]:
@@ -88,10 +88,12 @@ def _inflight_cap(spec: Spec, device: int, who: str) -> int:
     held = resident_memory(spec)[device]
     if held <= 0:
         return 1 << 30
-    if spec.memory < held:
+    cap = spec.capacity(device)
+    if cap < held:
         raise InfeasibleError(f"{who}: device {device} holds {_mem(spec, held)} per micro-batch in flight, "
-                              f"more than M={memory_in(spec.units, spec.memory)}")
-    return spec.memory // held
+                              "more than " + (f"M={memory_in(spec.units, cap)}" if spec.uniform_memory
+                                              else f"its memory {memory_in(spec.units, cap)}"))
+    return cap // held
 
 
 def stage_queue(spec: Spec, chain: Chain, s: int, n: int, who: str = "1F1B") -> list[Key]:
@@ -188,7 +190,7 @@ def chimera_orders(spec: Spec, n: int) -> list[list[Key]]:
             unit_orders = play_greedy(spec, keys, priority)
         except ScheduleError:
             raise NotApplicable(f"Chimera's basic unit ({unit} micro-batches per direction) does not fit "
-                                f"memory M={spec.memory}") from None
+                                f"memory {capacity_in(spec)}") from None
         for d, row in enumerate(unit_orders):
             orders[d] += row
     return orders
@@ -235,6 +237,6 @@ def interleaved_orders(spec: Spec, n: int) -> list[list[Key]]:
             sched = Schedule(n, compact(spec, orders=orders))
         except ScheduleError:
             continue
-        if max(sched.peak_memory(spec), default=0) <= spec.memory:
+        if sched.fits_memory(spec):
             return orders
-    raise InfeasibleError(f"interleaved 1F1B: no warmup fits memory M={memory_in(spec.units, spec.memory)}")
+    raise InfeasibleError(f"interleaved 1F1B: no warmup fits memory {capacity_in(spec)}")

@@ -41,12 +41,15 @@ class Row:
     steady_bubble: float | None = None
     lower_bound: int = 0
     peak_memory: tuple[int, ...] = ()
-    memory_limit: int = 0
+    memory_limit: int = 0  # the capacity of `memory_device`
     over_memory: bool = False
     proven: bool | None = None
     seconds: float | None = None
     gap_to_optimal: float | None = None
     extra: dict = field(default_factory=dict)
+    # Each device's capacity (less its reserve) and the device closest to (or furthest over) it.
+    memory_limits: tuple[int, ...] = ()
+    memory_device: int = 0
 
 
 def steady_bubble(spec: Spec, period: float | None) -> float | None:
@@ -67,15 +70,18 @@ def measured_period(spec: Spec, short: Schedule, long: Schedule) -> float | None
 
 def _row(spec: Spec, schedule: Schedule, period: float | None, **kw) -> Row:
     peak = schedule.peak_memory(spec)
+    caps = spec.capacities
+    dev = max(range(spec.devices), key=lambda d: (peak[d] - caps[d], peak[d]), default=0)
     return Row(spec=spec.name, schedule=schedule.name, microbatches=schedule.microbatches,
                makespan=schedule.makespan(spec), bubble=schedule.bubble_rate(spec), period=period,
                steady_bubble=steady_bubble(spec, period), lower_bound=lower_bound(spec), peak_memory=peak,
-               memory_limit=spec.memory, over_memory=max(peak, default=0) > spec.memory, **kw)
+               memory_limit=spec.capacity(dev), over_memory=not schedule.fits_memory(spec),
+               memory_limits=caps, memory_device=dev, **kw)
 
 
 def _failed(spec: Spec, name: str, status: str, reason: str, n: int) -> Row:
     return Row(spec=spec.name, schedule=name, status=status, reason=reason, microbatches=n,
-               lower_bound=lower_bound(spec), memory_limit=spec.memory)
+               lower_bound=lower_bound(spec), memory_limit=spec.memory, memory_limits=spec.capacities)
 
 
 def baseline_row(spec: Spec, name: str, n: int, steady_n: int = STEADY_N) -> tuple[Row, Schedule | None]:

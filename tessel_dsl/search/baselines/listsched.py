@@ -112,7 +112,7 @@ def play_greedy(spec: Spec, keys: list[Key], priority: Callable[[Key], tuple]) -
             if free_at[d] > t:
                 continue
             ready = [k for k in pending[d] if all(p in done for p in _deps(spec, k))
-                     and mem[d] + spec.block(k[0]).memory <= spec.memory]
+                     and mem[d] + spec.block(k[0]).memory <= spec.capacity(d)]
             if not ready:
                 continue
             key = min(ready, key=priority)

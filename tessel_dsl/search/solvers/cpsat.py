@@ -65,7 +65,7 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
         for d in problem.memory_devices():
             on = [i for i in problem.on_device(d) if problem.tasks[i].memory]
             init = problem.init_mem(d)
-            if init > problem.capacity:
+            if init > problem.cap(d):
                 return Solution("infeasible")
             times = [starts[i] for i in on]
             changes = [problem.tasks[i].memory for i in on]
@@ -74,7 +74,7 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
                 times.append(m.new_constant(-1) if anchor is None else anchor - 1)
                 changes.append(init)
             low = -sum(abs(c) for c in changes) - 1
-            m.add_reservoir_constraint(times, changes, min(low, 0), max(problem.capacity, 0))
+            m.add_reservoir_constraint(times, changes, min(low, 0), max(problem.cap(d), 0))
     makespan = None
     if objective is Objective.MAKESPAN and problem.tasks:
         # The bound lets CP-SAT stop (proven) once a schedule reaches it.

@@ -13,7 +13,8 @@ Semantics shared by all backends:
 - ``Precedence(before, after, lag)`` means ``start[after] >= start[before] + duration[before] + lag``
   (a negative lag lets the successor start earlier, which the cyclic repetend needs);
 - a task's memory delta counts from its start; on each device the running sum, starting from
-  ``initial_memory[d]`` and taken in start order, never exceeds ``capacity``;
+  ``initial_memory[d]`` and taken in start order, never exceeds ``capacity`` (one number, or
+  one per device);
 - with ``span_limit`` set, the tasks of each device lie inside one window of that length;
 - objective ``spread`` minimises ``max(start + duration + skew) - min(start + skew)``: with
   ``skew = -P * offset`` that is the time one micro-batch spends in a periodic schedule;
@@ -149,7 +150,8 @@ class Problem:
     tasks: tuple[Task, ...]
     precedences: tuple[Precedence, ...] = ()
     devices: int = 1
-    capacity: int | None = None
+    # One capacity for every device, or one per device (a spec's `capacities`); None: no limit.
+    capacity: int | tuple[int, ...] | None = None
     initial_memory: tuple[int, ...] = ()
     span_limit: int | None = None
     horizon: int | None = None
@@ -159,6 +161,10 @@ class Problem:
     makespan_below: int | None = None
     # Optional start-time hints (same order as tasks); backends may use them as a warm start.
     hints: tuple[int, ...] | None = field(default=None, compare=False)
+
+    def cap(self, d: int) -> int:
+        """Device `d`'s memory capacity (only meaningful when `capacity` is set)."""
+        return self.capacity[d] if isinstance(self.capacity, tuple) else self.capacity
 
     def init_mem(self, d: int) -> int:
         return self.initial_memory[d] if d < len(self.initial_memory) else 0

@@ -86,14 +86,14 @@ def _build(problem: Problem, objective: Objective, z3):
         for d in problem.memory_devices():
             on = [i for i in problem.on_device(d) if tasks[i].memory]
             init = problem.init_mem(d)
-            cons.append(z3.BoolVal(init <= problem.capacity))
+            cons.append(z3.BoolVal(init <= problem.cap(d)))
             # The running sum peaks right after an allocation, so only those points are checked.
             for i in on:
                 if tasks[i].memory <= 0:
                     continue
                 before = [z3.If(starts[j] < starts[i], tasks[j].memory, 0) for j in on if j != i]
-                cons.append(init + tasks[i].memory + z3.Sum(before) <= problem.capacity
-                            if before else z3.BoolVal(init + tasks[i].memory <= problem.capacity))
+                cons.append(init + tasks[i].memory + z3.Sum(before) <= problem.cap(d)
+                            if before else z3.BoolVal(init + tasks[i].memory <= problem.cap(d)))
     return starts, anchor, cons
 
 
