@@ -296,7 +296,8 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
         device_memory=device_memory, reserved=reserved,
     )
     if out.devices is not None and out.memory is not None and not ev.stopped:
-        found = diagnose(spec)
+        # A reserve above its capacity has been reported at its `memory` line already.
+        found = [d for d in diagnose(spec) if d.code != "reserve-too-large"]
         # After an evaluation error, blocks or edges may be missing: do not report that twice.
         if ev.skipped_blocks:
             found = [d for d in found if d.code not in ("unknown-name", "no-blocks")]

@@ -133,10 +133,24 @@ class Values:
         if len(units) > 1:
             raise self.error("unknown-unit", "a memory sum needs a unit on every size (`80GB - 6GB`) "
                              "or on none", size.loc)
-        total = sum(sign * self.memory_units(q, env) for sign, q in size.terms)
-        if abs(total) > MAX_NUMBER:
+        if len(size.terms) == 1:
+            sign, q = size.terms[0]
+            return sign * self.memory_units(q, env)
+        if units == {False}:
+            total = sum(sign * self.num(q.expr, env) for sign, q in size.terms)
+            q = size.terms[0][1]
+            return self.memory_units(A.Quantity(A.Num(total, q.loc), None, q.loc), env)
+        # Exact as a whole: `8GB + 1GB - 500MB + 500MB` is 9 units of 1GB though 500MB alone is not.
+        total_bytes = 0.0
+        for sign, q in size.terms:
+            self.memory_units(A.Quantity(A.Num(0, q.loc), q.unit, q.loc), env)  # unit and resolution
+            total_bytes += sign * self.num(q.expr, env) * U.MEMORY_UNITS[q.unit]
+        if abs(total_bytes) > MAX_NUMBER * self._mem_res[0]:
             raise self.error("bad-value", "number out of range", size.loc)
-        return total
+        unit = self._mem_res[1].lstrip("0123456789.")  # the resolution's unit names the sum in errors
+        value = total_bytes / U.MEMORY_UNITS[unit]
+        return self._whole(total_bytes / self._mem_res[0], value, A.Quantity(A.Num(value, size.loc), unit, size.loc),
+                           "memory")
 
     def _whole(self, units: float, value: float, q: A.Quantity, what: str) -> int:
         """`units` as an integer, or an error: a quantity is never rounded silently."""

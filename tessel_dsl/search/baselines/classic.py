@@ -101,7 +101,10 @@ def stage_queue(spec: Spec, chain: Chain, s: int, n: int, who: str = "1F1B") -> 
     st: Stage = chain.stages[s]
     if st.backward is None:
         return [(st.forward, mb) for mb in range(n)]
-    warm = min(len(chain.stages) - 1 - s, n, _inflight_cap(spec, st.device, who) - 1)
+    # A stage cannot run ahead of the stages before it (its warmup forwards come from theirs), so
+    # a device with less memory earlier in the chain shortens every later warmup too.
+    caps = [_inflight_cap(spec, x.device, who) for x in chain.stages[:s + 1] if x.backward is not None]
+    warm = min(len(chain.stages) - 1 - s, n, min(caps) - 1)
     q: list[Key] = [(st.forward, mb) for mb in range(warm)]
     for i in range(n - warm):
         q += [(st.forward, warm + i), (st.backward, i)]
@@ -116,12 +119,14 @@ def one_f_one_b_orders(spec: Spec, n: int) -> list[list[Key]]:
     stages = find_stages(spec, who="1F1B")
     orders: list[list[Key]] = [[] for _ in range(spec.devices)]
     count = len(stages)
+    ahead = n  # the warmup of the stages so far: a later stage never runs further ahead
     for s, st in enumerate(stages):
         if not st.backward:
             queue = [("F", mb) for mb in range(n)]
         else:
             cap = min(_inflight_cap(spec, d, "1F1B") for d in st.devices)
-            warm = min(count - 1 - s, n, cap - 1)
+            ahead = min(ahead, cap - 1)
+            warm = min(count - 1 - s, n, ahead)
             queue = [("F", mb) for mb in range(warm)]
             for i in range(n - warm):
                 queue += [("F", warm + i), ("B", i)]
