@@ -282,3 +282,65 @@ def test_spec_json_carries_per_device_memory():
     spec = parse(vspec("memory 4GB\nmemory 3GB reserve 1GB on 0"))
     data = to_json(spec)
     assert data["device_memory"] == [3, 4, 4, 4] and data["reserved"] == [1, 0, 0, 0]
+
+
+# ---- the shipped example ------------------------------------------------------------------
+
+EXAMPLE = ROOT / "specs" / "examples" / "gpt_memory.tsl"
+
+
+@pytest.mark.parametrize("d", [4, 8])
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_example_spec_parses_with_less_room_on_the_end_devices(d, mode):
+    from tessel_dsl.lang.parser import parse_file
+
+    spec = parse_file(EXAMPLE, sets={"D": str(d)}, mode=mode)
+    # 80 GB each; 64 GB reserved, 72 on device 0 (embedding), 66 + 4 on the last (head)
+    assert spec.capacities == (8,) + (16,) * (d - 2) + (10,)
+    assert spec.reserved == (72,) + (64,) * (d - 2) + (70,)
+
+
+def test_example_spec_search_and_simulation_keep_each_device_within_its_room():
+    from tessel_dsl.lang.parser import parse_file
+
+    spec = parse_file(EXAMPLE)
+    sched = search(spec, microbatches=8).schedule
+    peaks = running_peaks(spec, sched)
+    assert all(p <= c for p, c in zip(peaks, spec.capacities)), (peaks, spec.capacities)
+    assert peaks[0] == 8  # device 0 is full with 2 micro-batches in flight
+    report = simulate((spec, lower(spec, sched), sched))
+    assert report.ok and list(report.peak_memory) == peaks
+
+
+# ---- profiling rescales memory per device -------------------------------------------------
+
+
+def test_profiled_spec_keeps_each_devices_in_flight_count():
+    from tessel_dsl.analysis import resident_memory
+    from tessel_dsl.interop.profile import Measurement, apply_measurements, spec_to_tsl
+
+    spec = parse(vspec("memory 4GB\nmemory 3GB - 1GB on 0").replace("resolution memory 1GB\n", "")
+                 .replace("GB", ""))
+    assert spec.capacities == (2, 4, 4, 4)
+    found = [Measurement(f"F{i}", 1e-3, 3e-3, activation_bytes=8000) for i in range(4)]
+    new = apply_measurements(spec, found)
+    held = resident_memory(new)
+    # device 0 let 2 micro-batches be in flight, the others 4: still so in the new memory unit
+    assert [new.capacity(d) // held[d] for d in range(4)] == [2, 4, 4, 4]
+    assert parse(spec_to_tsl(new), "p.tsl") == replace_params(new, parse(spec_to_tsl(new), "p.tsl"))
+    physical = parse(vspec("memory 4GB\nmemory 4GB reserve 2GB on 0"))
+    new = apply_measurements(physical, found, capacity_bytes=80 * 10**9)
+    assert new.capacity(1) == 80 * 10**9 // new.units.memory_bytes
+    assert new.reserved_on(0) * new.units.memory_bytes == 2 * 10**9
+
+
+def replace_params(spec, like):
+    return dataclasses.replace(spec, params=like.params)
+
+
+def test_readme_memory_example_gives_the_capacities_it_states():
+    text = (ROOT / "README.md").read_text()
+    start = text.index("#### Memory per device")
+    block = text[text.index("```\n", start) + 4:text.index("```", text.index("```\n", start) + 4)]
+    spec = parse(f"devices 8\n{block}forward A on all time 1\n")
+    assert spec.capacities == (46,) + (58,) * 5 + (50, 50)

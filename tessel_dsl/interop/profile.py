@@ -116,7 +116,32 @@ def apply_measurements(spec: Spec, measurements: list[Measurement], *, time_reso
                                      or isinstance(e.value, str)))
     if keep_memory and capacity_bytes is None:
         return out
-    return replace(out, memory=_capacity(spec, out, capacity_bytes))
+    out = replace(out, memory=_capacity(spec, out, capacity_bytes))
+    return replace(out, **_device_capacity(spec, out, capacity_bytes))
+
+
+def _device_capacity(old: Spec, new: Spec, capacity_bytes: int | None) -> dict:
+    """Per-device capacity and reserve in the profiled spec's memory unit: converted through bytes
+    when the original had a memory resolution; with abstract units, each device keeps the number
+    of micro-batches it let be in flight (a reserve has no size to carry over then). A capacity
+    given for the profile is every device's (the reserves, converted, stay)."""
+    if not old.device_memory and not old.reserved:
+        return {}
+    res, was = new.units.memory_bytes, old.units.memory_bytes
+    physical = was > 1
+    reserved = tuple(r * was // res for r in old.reserved) if physical else ()
+    if capacity_bytes is not None:
+        return {"device_memory": (), "reserved": reserved}
+    if physical:
+        caps = tuple(old.total_capacity(d) * was // res for d in range(old.devices))
+        return {"device_memory": caps if set(caps) != {new.memory} else (), "reserved": reserved}
+    held_old, held_new, need = resident_memory(old), resident_memory(new), microbatch_memory(new)
+    caps = []
+    for d in range(old.devices):
+        inflight = max(1, old.capacity(d) // held_old[d]) if held_old[d] > 0 else 1
+        caps.append(max(inflight * held_new[d], need[d], 1) if held_old[d] > 0 else max(need[d], new.memory))
+    caps_t = tuple(caps)
+    return {"device_memory": caps_t if set(caps_t) != {new.memory} else (), "reserved": ()}
 
 
 def measurements_from_run(spec: Spec, block_seconds: dict[str, float], device: str = "") -> list[Measurement]:
