@@ -227,11 +227,12 @@ def test_baselines_and_compare_use_each_device(searched):
     from tessel_dsl.search.baselines.compare import compare
 
     spec, _ = searched["small0"]
-    s = build(spec, "1f1b", 6)
-    assert running_peaks(spec, s)[0] <= 2
-    rows = {r.schedule: r for r in compare(spec, 6, schedules=("1f1b", "gpipe"), time_limit=30)}
-    assert not rows["1f1b"].over_memory and rows["gpipe"].over_memory
-    assert rows["gpipe"].memory_device == 0 and rows["gpipe"].memory_limit == 2
+    for name in ("1f1b", "gpipe"):  # 1F1B's warmups and GPipe's waves shrink to device 0's 2 GB
+        assert running_peaks(spec, build(spec, name, 6))[0] <= 2, name
+    _, usched = searched["uniform"]
+    rows = {r.schedule: r for r in compare(spec, 6, schedules=("1f1b",), given=(("uniform", usched),))}
+    assert not rows["1f1b"].over_memory and rows["uniform"].over_memory
+    assert rows["uniform"].memory_device == 0 and rows["uniform"].memory_limit == 2
 
 
 # ---- plan files ---------------------------------------------------------------------------
@@ -344,3 +345,14 @@ def test_readme_memory_example_gives_the_capacities_it_states():
     block = text[text.index("```\n", start) + 4:text.index("```", text.index("```\n", start) + 4)]
     spec = parse(f"devices 8\n{block}forward A on all time 1\n")
     assert spec.capacities == (46,) + (58,) * 5 + (50, 50)
+
+
+def test_zero_bubble_baseline_fits_a_smaller_first_device():
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.search.baselines import build
+
+    spec = parse_file(ROOT / "specs" / "zerobubble.tsl")
+    small = dataclasses.replace(spec, device_memory=(3,) + spec.capacities[1:])
+    for name in ("zb-h1", "gpipe"):
+        s = build(small, name, 8)
+        assert running_peaks(small, s)[0] <= 3 and all(p <= 4 for p in running_peaks(small, s)), name

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
+from tessel_dsl.units import memory_in
 
 
 def parse_ratio(text: str, option: str) -> float:
@@ -122,7 +123,8 @@ def simulate(
         failures.append(f"bubble rate {report.bubble:.2%} is above --max-bubble {bubble_limit:.2%}")
     peak = max(report.peak_memory, default=0)
     if max_memory is not None and peak > max_memory:
-        failures.append(f"peak memory {peak} on device {report.peak_memory.index(peak)} is above "
+        shown = "" if spec.units.memory_label == "unit" else f" ({memory_in(spec.units, peak)})"
+        failures.append(f"peak memory {peak}{shown} on device {report.peak_memory.index(peak)} is above "
                         f"--max-memory {max_memory:g}")
 
     if as_json:

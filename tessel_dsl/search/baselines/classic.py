@@ -64,19 +64,21 @@ def gpipe_orders(spec: Spec, n: int) -> list[list[Key]]:
     widest = n
     for d, h in enumerate(held):
         if h > 0:
-            if spec.memory < h:
+            if spec.capacity(d) < h:
                 raise InfeasibleError(f"GPipe: device {d} holds {_mem(spec, h)} per micro-batch in flight, "
-                                      f"more than M={memory_in(spec.units, spec.memory)}")
-            widest = min(widest, spec.memory // h)
+                                      "more than " + (f"M={memory_in(spec.units, spec.capacity(d))}"
+                                                      if spec.uniform_memory else
+                                                      f"its memory {memory_in(spec.units, spec.capacity(d))}"))
+            widest = min(widest, spec.capacity(d) // h)
     for wave in range(widest, 0, -1):
         orders: list[list[Key]] = [[] for _ in range(spec.devices)]
         for first in range(0, n, wave):
             for d, row in enumerate(_gpipe_wave(spec, range(first, min(n, first + wave)))):
                 orders[d] += row
-        if max(Schedule(n, compact(spec, orders=orders)).peak_memory(spec), default=0) <= spec.memory:
+        if Schedule(n, compact(spec, orders=orders)).fits_memory(spec):
             return orders
     raise InfeasibleError(f"GPipe: not even one micro-batch at a time fits memory "
-                          f"M={memory_in(spec.units, spec.memory)}")
+                          f"{capacity_in(spec)}")
 
 
 def _mem(spec: Spec, x: int) -> str:

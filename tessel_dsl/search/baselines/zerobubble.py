@@ -32,7 +32,7 @@ from tessel_dsl.errors import InfeasibleError
 from tessel_dsl.ir import Kind, Spec
 from tessel_dsl.search.baselines.chain import NotApplicable, _ordered, _runs
 from tessel_dsl.search.baselines.listsched import Key
-from tessel_dsl.units import memory_in
+from tessel_dsl.units import capacity_in, memory_in
 
 F, I, W = "F", "I", "W"  # unit phases: forward, input gradient, weight gradient
 
@@ -168,8 +168,8 @@ def play(spec: Spec, stages: tuple[SplitStage, ...], n: int, rule: Rule, who: st
                 started += 1
         if not running:
             if started < total:
-                raise InfeasibleError(f"{who}: no schedule of this kind fits memory M="
-                                      f"{memory_in(spec.units, spec.memory)} (every device waits)")
+                raise InfeasibleError(f"{who}: no schedule of this kind fits memory "
+                                      f"{capacity_in(spec)} (every device waits)")
             return state.orders
         t = min(end for end, _ in running)
 
@@ -204,9 +204,10 @@ def zb_h1_orders(spec: Spec, n: int) -> list[list[Key]]:
         fit = min(_capacity(spec, d) for d in st.devices) // held if held > 0 else count
         if fit < 1:
             raise InfeasibleError(f"ZB-H1: stage {k} holds {held} memory units per micro-batch in flight, "
-                                  f"more than M={memory_in(spec.units, spec.memory)}")
+                                  f"more than M={memory_in(spec.units, min(_capacity(spec, d) for d in st.devices))}")
         limit.append(min(count, fit))
-    sequence = [_one_f_one_b_sequence(n, min(count - 1 - k, limit[k] - 1)) for k in range(count)]
+    # A stage never runs further ahead than the stages before it (their forwards feed its warmup).
+    sequence = [_one_f_one_b_sequence(n, min(count - 1 - k, min(limit[:k + 1]) - 1)) for k in range(count)]
     head = [0] * count
 
     def rule(state: _Play, group: tuple[int, ...]) -> Unit | None:
@@ -290,6 +291,6 @@ def zb_v_orders(spec: Spec, n: int) -> list[list[Key]]:
             return play(spec, stages, n, rule, "ZB-V")
         except InfeasibleError:
             continue
-    raise InfeasibleError(f"ZB-V: no warmup fits memory M={memory_in(spec.units, spec.memory)} (device "
+    raise InfeasibleError(f"ZB-V: no warmup fits memory {capacity_in(spec)} (device "
                           f"{seq[0][0]} runs the first and the last stage and must hold both chunks of a "
                           "micro-batch)")
