@@ -355,6 +355,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="measured iterations per row")
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured iterations first")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     d = args.devices
     if d < 2 or d % 2:
         raise SystemExit("--devices must be an even number of at least 2")

@@ -60,13 +60,44 @@ def shard(module: nn.Module, mesh, plan) -> nn.Module:
     return parallelize_module(module, mesh, plan, src_data_rank=None)
 
 
-def vocab_parallel_embedding(embed: nn.Embedding, mesh) -> nn.Embedding:
-    """The table sharded by vocabulary rows: a rank looks up only the tokens in its rows, and the
-    outputs are summed over the mesh into the full lookup (a plain tensor) on every rank."""
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import RowwiseParallel
+class VocabShardedEmbedding(nn.Module):
+    """An embedding table sharded by vocabulary rows over a mesh (a DTensor parameter, ``Shard(0)``).
 
-    return shard(embed, mesh, RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()))
+    Each rank looks up only the tokens in its rows; the partial lookups become the full one through
+    DTensor's ``Partial -> Replicate`` redistribution (one all-reduce), whose backward hands every
+    rank the whole output gradient. The table's gradient is then built by the local lookup's own
+    backward, at the size of the local rows. `RowwiseParallel` on an `nn.Embedding` gives the same
+    values, but in torch 2.13 DTensor has no row-sharded rule for the embedding's backward: it
+    builds the full table's gradient on every rank and slices it (4 GB and about 4 ms a micro-batch
+    for a 512k x 4096 bf16 table on an H100, measured by bench/gpu8.py), which is why this one
+    piece is written here."""
+
+    def __init__(self, embed: nn.Embedding, mesh):
+        super().__init__()
+        from torch.distributed.tensor import Shard, distribute_tensor
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        # Every rank built the same seeded full table: keep the local rows, send nothing.
+        weight = distribute_tensor(embed.weight.detach(), mesh, [Shard(0)], src_data_rank=None)
+        self.weight = nn.Parameter(weight)
+        self.mesh = mesh
+        rows, offset = compute_local_shape_and_global_offset(weight.shape, mesh, weight.placements)
+        self.lo, self.hi = offset[0], offset[0] + rows[0]
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor, Partial, Replicate
+
+        inside = (tokens >= self.lo) & (tokens < self.hi)
+        rows = torch.where(inside, tokens - self.lo, torch.zeros_like(tokens))
+        part = F.embedding(rows, self.weight.to_local()) * inside.unsqueeze(-1).to(self.weight.dtype)
+        whole = DTensor.from_local(part, self.mesh, [Partial()], run_check=False)
+        return whole.redistribute(self.mesh, [Replicate()]).to_local()
+
+
+def vocab_parallel_embedding(embed: nn.Embedding, mesh) -> VocabShardedEmbedding:
+    """`embed` sharded by vocabulary rows over `mesh`: each rank keeps its rows, and every rank of
+    the mesh gets the full lookup (a plain tensor) out."""
+    return VocabShardedEmbedding(embed, mesh)
 
 
 def vocab_parallel_head(head: nn.Linear, mesh) -> nn.Linear:

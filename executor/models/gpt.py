@@ -123,7 +123,7 @@ def factory(ctx: StageContext, **kw) -> BlockStage:
         metas[emb] = (act,)
         data[emb] = "tokens"
         if rank in spec.block(emb).devices:
-            vocab_parallel_embedding(full.embed, ctx.mesh(emb))
+            full.embed = vocab_parallel_embedding(full.embed, ctx.mesh(emb))
             modules[emb] = Fn(lambda m, tok: m.embed(tok) + m.pos.weight, embed=full.embed, pos=full.pos)
             shards += shards_of(full.embed, "embed") + shards_of(full.pos, "pos")
     if head:
