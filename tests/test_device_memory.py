@@ -356,3 +356,37 @@ def test_zero_bubble_baseline_fits_a_smaller_first_device():
     for name in ("zb-h1", "gpipe"):
         s = build(small, name, 8)
         assert running_peaks(small, s)[0] <= 3 and all(p <= 4 for p in running_peaks(small, s)), name
+
+
+def test_one_error_per_memory_line_however_many_devices():
+    text = vspec("memory 4GB\nmemory 2GB on 4..4000\nmemory 3GB on 1, 1\nmemory 3GB on 0..3")
+    got = codes(text)
+    assert got == [("device-range", 7, 1), ("duplicate-declaration", 8, 1), ("duplicate-declaration", 9, 1)]
+    with pytest.raises(SpecError) as e:
+        parse(text, "m.tsl")
+    assert "device 4 is outside 0..3 (and 3996 more)" in str(e.value)
+    assert "m.tsl:8:1: error[duplicate-declaration]: the memory of device 1 is given twice (first at m.tsl:8:1)\n" \
+        in str(e.value)
+    assert "m.tsl:9:1: error[duplicate-declaration]: the memory of device 1 is given twice (first at m.tsl:8:1)" \
+        in str(e.value)
+
+
+def test_plan_messages_show_the_spec_units(searched, tmp_path):
+    spec, sched = searched["uniform"]
+    plan = make_plan(spec, sched)
+    path = tmp_path / "p.json"
+    save_plan(plan, path)
+    data = json.loads(path.read_text())
+    data["search"]["period"] = data["schedule"]["repetend"]["period"] + 1
+    path.write_text(json.dumps(data))
+    p = data["schedule"]["repetend"]["period"]
+    with pytest.raises(PlanError, match=re_escape(f"search.period {p + 1} ({p + 1} ms) differs from the "
+                                                  f"repetend's period {p} ({p} ms)")):
+        load_plan(path)
+    save_plan(plan, path)
+    data = json.loads(path.read_text())
+    data["peak_memory"][0] += 1
+    path.write_text(json.dumps(data))
+    peaks = list(plan.peak_memory)
+    with pytest.raises(PlanError, match=re_escape(f"([{peaks[0] + 1} GB, {peaks[1]} GB")):
+        load_plan(path)

@@ -303,15 +303,26 @@ class Evaluator(Values):
                     devs.extend(_devices(self, d, self.params))
             except Skip:
                 continue
+            outside = {d for d in devs if o.devices is not None and not 0 <= d < o.devices}
+            here: set[int] = set()
+            twice = []  # named by an earlier line, or twice on this one
             for d in devs:
-                if o.devices is not None and not 0 <= d < o.devices:
-                    self.error("device-range", f"`memory ... on {d}`: device {d} is outside "
-                               f"0..{o.devices - 1}", s.loc)
+                if d in outside:
                     continue
-                if d in first:
-                    self.error("duplicate-declaration", f"the memory of device {d} is given twice "
-                               f"(first at {first[d]})", s.loc)
-                    continue
+                if d in first or d in here:
+                    twice.append(d)
+                else:
+                    here.add(d)
+            # One error of each kind per line, however many devices its ranges name.
+            if outside:
+                more = f" (and {len(outside) - 1} more)" if len(outside) > 1 else ""
+                self.error("device-range", f"`memory ... on {min(outside)}`: device {min(outside)} is outside "
+                           f"0..{o.devices - 1}{more}", s.loc)
+            if twice:
+                more = f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""
+                self.error("duplicate-declaration", f"the memory of device {twice[0]} is given twice "
+                           f"(first at {first.get(twice[0], s.loc)}){more}", s.loc)
+            for d in here:
                 first[d] = s.loc
                 o.device_memory[d] = (cap, infer)
                 if reserve is not None:
