@@ -108,3 +108,12 @@ def test_shipped_zerobubble_spec_compares_against_zb_h1():
     assert [v.block(f"F{k}").devices[0] for k in range(8)] == [0, 1, 2, 3, 3, 2, 1, 0]
     rows = compare(v, 16, schedules=("gpipe", "zb-h1", "zb-v"))
     assert best_baseline(rows).schedule == "zb-v" and best_baseline(rows).period == 8  # = lower bound
+
+
+def test_the_search_is_never_worse_than_zb_h1():
+    # The finishing step tries the zero-bubble baselines (`seeds_search`): at N=32 the extended
+    # repetend alone ends at 136, ZB-H1 at 32 * 4 + 3 * 2 = 134.
+    from tessel_dsl.search.driver import search
+
+    spec = parse_file(SPECS / "zerobubble.tsl")
+    assert search(spec, microbatches=32).schedule.makespan(spec) <= build(spec, "zb-h1", 32).makespan(spec) == 134

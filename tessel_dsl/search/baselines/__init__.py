@@ -48,8 +48,10 @@ RECORDS: tuple[Baseline, ...] = (
     Baseline("chimera", chimera_orders, "Chimera-direct, two chains run in opposite directions"),
     Baseline("interleaved-1f1b", interleaved_orders,
              "Megatron's interleaved 1F1B, each device running several chunks of the chain in turn"),
-    Baseline("zb-h1", zb_h1_orders, "zero-bubble ZB-H1: 1F1B with split backward, weight gradients deferred"),
-    Baseline("zb-v", zb_v_orders, "zero-bubble ZB-V: two chunks per device in a V, split backward"),
+    Baseline("zb-h1", zb_h1_orders, "zero-bubble ZB-H1: 1F1B with split backward, weight gradients deferred",
+             seeds_search=True),
+    Baseline("zb-v", zb_v_orders, "zero-bubble ZB-V: two chunks per device in a V, split backward",
+             seeds_search=True),
 )
 
 BY_NAME: dict[str, Baseline] = {b.name: b for b in RECORDS}
