@@ -4,7 +4,7 @@ References (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024):
 * 1F1B's bubble is (p-1)(T_F + T_B + T_W), so its makespan is (N + p - 1)(T_F + T_B + T_W);
 * ZB-H1's bubble is (p-1)(T_F + T_B - T_W) (§2.1, derived with T_F = T_B = T_W, where it is a third
   of 1F1B's), so its makespan is N(T_F + T_B + T_W) + (p-1)(T_F + T_B - T_W) once N >= p;
-* ZB-V (arXiv version, §6) has no bubble in the steady state with T_F = T_B = T_W and the
+* ZB-V (arXiv 2401.10241) has no bubble in the steady state with T_F = T_B = T_W and the
   activation memory of 1F1B (p micro-batches' worth on a device).
 Here T_B is the input-gradient block I.
 """

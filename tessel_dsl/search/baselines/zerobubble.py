@@ -9,8 +9,8 @@ gradient nothing waits for (`weight_grad`). Facts used from the paper (cited whe
   bubbles, with no stage holding more micro-batches in flight than 1F1B's first stage (§2.1).
   With equal F, B and W costs its bubble is (p-1)(T_F + T_B - T_W), a third of 1F1B's
   (p-1)(T_F + T_B + T_W) (§2.1, Figure 3).
-* ZB-V (the arXiv version's §6, and the authors' repository) places two model chunks per device
-  in a V: chunk 0 runs down devices 0..p-1 and chunk 1 back up p-1..0, so device 0 holds the
+* ZB-V (the arXiv version of the paper, 2401.10241, and the authors' repository) places two
+  model chunks per device in a V: chunk 0 runs down devices 0..p-1 and chunk 1 back up p-1..0, so device 0 holds the
   first and the last stage. With equal F, B and W costs it reaches zero bubble in the steady
   state with the activation memory of 1F1B (p micro-batches' worth on a device).
 
@@ -235,7 +235,7 @@ def _one_f_one_b_sequence(n: int, warm: int) -> list[tuple[str, int]]:
 
 
 def zb_v_orders(spec: Spec, n: int) -> list[list[Key]]:
-    """ZB-V (Qi et al., arXiv 2401.10241 §6): two chunks per device in a V, split backward.
+    """ZB-V (Qi et al., arXiv 2401.10241): two chunks per device in a V, split backward.
 
     The chain's stages must visit devices g_0 .. g_{p-1} and then g_{p-1} .. g_0 (the middle two
     stages share a device and form one run). Each of the 2p-1 stages follows 1F1B's sequence of
