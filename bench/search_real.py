@@ -1,0 +1,84 @@
+"""The search on costs as a profiler gives them: the specs of bench/specs/real/ at D = 8 and 16.
+
+Each spec (1 ms resolution, memory in GB, costs derived from published model configurations in
+its comment) is searched once for its N with no time limit (so the result is deterministic), and
+every applicable baseline is built for the same N under the spec's memory. The table shows, in
+milliseconds: the lower bound of the period per micro-batch (`tessel check`'s, the busiest
+device's work), Tessel's period per micro-batch and makespan, the period's gap to that bound,
+what is proven, the best baseline that fits the memory and its makespan, and the CPU seconds of
+the search (time.process_time, after the solver import).
+
+    python bench/search_real.py                      # every spec, D = 8 and 16
+    python bench/search_real.py --only chain8 mshape8
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tessel_dsl.errors import TesselError  # noqa: E402
+from tessel_dsl.lang.parser import parse_file  # noqa: E402
+from tessel_dsl.search.baselines import RECORDS, build  # noqa: E402
+from tessel_dsl.search.driver import search  # noqa: E402
+
+SPECS = ROOT / "bench" / "specs" / "real"
+ORDER = ["chain", "mshape", "nnshape", "kshape", "interleaved", "zerobubble"]
+DEFAULT = [f"{shape}{d}" for d in (8, 16) for shape in ORDER]
+
+
+def best_baseline(spec, n: int) -> tuple[str, int] | None:
+    """(name, makespan) of the applicable baseline with the shortest makespan within memory M."""
+    best = None
+    for record in RECORDS:
+        try:
+            sched = build(spec, record.name, n)
+        except TesselError:
+            continue
+        if max(sched.peak_memory(spec), default=0) > spec.memory:
+            continue
+        span = sched.makespan(spec)
+        if best is None or span < best[1]:
+            best = (record.name, span)
+    return best
+
+
+def proven_text(info) -> str:
+    if not info.period_proven:
+        return "no"
+    over = "once" if info.copies == 1 else f"<= {info.copies} times"
+    return ("yes" if info.proven else "period only") + f" (blocks held {over})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=DEFAULT, help="spec names in bench/specs/real/ (no .tsl)")
+    args = ap.parse_args()
+    import ortools.sat.python.cp_model  # noqa: F401  (its import would otherwise count against the first row)
+    print("| spec | D | N | lower bound ms | Tessel period ms (per mb) | makespan ms | gap to bound | proven | "
+          "best baseline (makespan ms) | CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.only:
+        spec = parse_file(SPECS / f"{name}.tsl")
+        t0 = time.process_time()
+        result = search(spec)
+        cpu = time.process_time() - t0
+        info, n = result.info, spec.microbatches
+        per_mb = info.period / info.repetend_copies
+        span = result.schedule.makespan(spec)
+        base = best_baseline(spec, n)
+        base_txt = "none applies" if base is None else f"{base[0]} ({base[1]})"
+        worse = base is not None and span > base[1]
+        period_txt = (f"{info.period}" if info.repetend_copies == 1
+                      else f"{info.period} / {info.repetend_copies} = {per_mb:g}")
+        print(f"| {name} | {spec.devices} | {n} | {info.lower_bound} | {period_txt} | {span}"
+              f"{' (worse than baseline!)' if worse else ''} | {100 * (per_mb / info.lower_bound - 1):.1f}% | "
+              f"{proven_text(info)} | {base_txt} | {cpu:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
