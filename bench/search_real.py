@@ -8,8 +8,13 @@ device's work), Tessel's period per micro-batch and makespan, the period's gap t
 what is proven, the best baseline that fits the memory and its makespan, and the CPU seconds of
 the search (time.process_time, after the solver import).
 
-    python bench/search_real.py                      # every spec, D = 8 and 16
-    python bench/search_real.py --only chain8 mshape8
+    python bench/search_real.py                      # every spec, D = 8 and 16, then the memory-bound rows
+    python bench/search_real.py --only chain8 mshape8:MEM=24 m8_llama
+
+A row is a spec name in bench/specs/real/ (or bench/specs/), optionally with `:K=V,...` parameter
+overrides (as `tessel search --set`). The memory-bound rows give the M- and NN-shape less memory
+for activations than their models leave (`MEM=24`, GB) and add the 8-GPU M-shape of issue 14
+(bench/specs/m8_llama.tsl, 16 GB).
 """
 from __future__ import annotations
 
@@ -28,7 +33,18 @@ from tessel_dsl.search.driver import search  # noqa: E402
 
 SPECS = ROOT / "bench" / "specs" / "real"
 ORDER = ["chain", "mshape", "nnshape", "kshape", "interleaved", "zerobubble"]
-DEFAULT = [f"{shape}{d}" for d in (8, 16) for shape in ORDER]
+DEFAULT = ([f"{shape}{d}" for d in (8, 16) for shape in ORDER]
+           + ["mshape8:MEM=24", "nnshape8:MEM=24", "m8_llama", "mshape16:MEM=24", "nnshape16:MEM=24"])
+
+
+def load(row: str):
+    """The spec a row names (see the module text)."""
+    name, _, sets = row.partition(":")
+    path = SPECS / f"{name}.tsl"
+    if not path.exists():
+        path = SPECS.parent / f"{name}.tsl"
+    overrides = dict(kv.split("=", 1) for kv in sets.split(",")) if sets else None
+    return parse_file(path, sets=overrides)
 
 
 def best_baseline(spec, n: int) -> tuple[str, int] | None:
@@ -56,14 +72,14 @@ def proven_text(info) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", default=DEFAULT, help="spec names in bench/specs/real/ (no .tsl)")
+    ap.add_argument("--only", nargs="*", default=DEFAULT, help="rows: spec names (no .tsl), optionally NAME:K=V,...")
     args = ap.parse_args()
     import ortools.sat.python.cp_model  # noqa: F401  (its import would otherwise count against the first row)
     print("| spec | D | N | lower bound ms | Tessel period ms (per mb) | makespan ms | gap to bound | proven | "
           "best baseline (makespan ms) | CPU s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.only:
-        spec = parse_file(SPECS / f"{name}.tsl")
+        spec = load(name)
         t0 = time.process_time()
         result = search(spec)
         cpu = time.process_time() - t0
