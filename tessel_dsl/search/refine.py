@@ -6,8 +6,8 @@ each other and from the first and last repetend copies, so for small N the makes
 time-optimal one. Two cheap steps close most of that gap:
 
 1. **start from the best valid schedule known**: Tessel's extension and, when they fit the
-   placement and memory M, the hand-written 1F1B and 1F1B+ schedules for the same N
-   (`baselines.build`); a baseline wins only with a strictly shorter makespan;
+   placement and memory M, the hand-written baselines marked `seeds_search` (all of them) for
+   the same N (`baselines.build`); a baseline wins only with a strictly shorter makespan;
 2. **re-solve the ends**: every block instance that starts in the head region (up to a couple of
    periods after the first repetend copy starts) or ends in the tail region becomes free again;
    the instances in between keep their per-device order (their times may still move). One

@@ -41,13 +41,15 @@ class Baseline:
 
 
 RECORDS: tuple[Baseline, ...] = (
-    Baseline("gpipe", gpipe_orders, "all forwards, then all backwards, in waves of as many micro-batches as M holds"),
+    Baseline("gpipe", gpipe_orders, "all forwards, then all backwards, in waves of as many micro-batches as M holds",
+             seeds_search=True),
     Baseline("1f1b", one_f_one_b_orders, "one forward, one backward on a chain of stages", seeds_search=True),
     Baseline("1f1b+", one_f_one_b_plus_orders, "1F1B with multi-device blocks pinned into the chain",
              seeds_search=True),
-    Baseline("chimera", chimera_orders, "Chimera-direct, two chains run in opposite directions"),
+    Baseline("chimera", chimera_orders, "Chimera-direct, two chains run in opposite directions", seeds_search=True),
     Baseline("interleaved-1f1b", interleaved_orders,
-             "Megatron's interleaved 1F1B, each device running several chunks of the chain in turn"),
+             "Megatron's interleaved 1F1B, each device running several chunks of the chain in turn",
+             seeds_search=True),
     Baseline("zb-h1", zb_h1_orders, "zero-bubble ZB-H1: 1F1B with split backward, weight gradients deferred",
              seeds_search=True),
     Baseline("zb-v", zb_v_orders, "zero-bubble ZB-V: two chunks per device in a V, split backward",
