@@ -10,6 +10,7 @@ the search (time.process_time, after the solver import).
 
     python bench/search_real.py                      # every spec, D = 8 and 16, then the memory-bound rows
     python bench/search_real.py --only chain8 mshape8:MEM=24 m8_llama
+    python bench/search_real.py --probe m8_llama 2 104,98 --effort 5   # one cyclic solve per period
 
 A row is a spec name in bench/specs/real/ (or bench/specs/), optionally with `:K=V,...` parameter
 overrides (as `tessel search --set`). The memory-bound rows give the M- and NN-shape less memory
@@ -63,6 +64,28 @@ def best_baseline(spec, n: int) -> tuple[str, int] | None:
     return best
 
 
+def probe(row: str, k: str, periods: str, *, effort: float) -> None:
+    """Is a repetend holding each block `k` times feasible at each period? (feasible / infeasible /
+    unknown within `effort`), with the CPU seconds of each solve."""
+    from tessel_dsl.search.copies import unroll
+    from tessel_dsl.search.driver import cyclic_nr_limit
+    from tessel_dsl.search.modulo import solve_period
+    from tessel_dsl.search.timescale import divide_spec, time_unit
+
+    spec = load(row)
+    unit = time_unit(spec)  # the search solves in this unit (block times over their common divisor)
+    spec = unroll(divide_spec(spec, unit), int(k))
+    print("| spec | copies | period ms | per micro-batch ms | answer | CPU s |")
+    print("|---|---|---|---|---|---|")
+    for period in (int(p) for p in periods.split(",")):
+        t0 = time.process_time()
+        if period % unit:
+            raise SystemExit(f"period {period} is not a multiple of the search's time unit {unit}")
+        status, _ = solve_period(spec, period // unit, cyclic_nr_limit(spec), "cpsat", None, effort)
+        answer = {"optimal": "feasible"}.get(status, status)
+        print(f"| {row} | {k} | {period} | {period / int(k):g} | {answer} | {time.process_time() - t0:.1f} |", flush=True)
+
+
 def proven_text(info) -> str:
     if not info.period_proven:
         return "no"
@@ -73,8 +96,15 @@ def proven_text(info) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=DEFAULT, help="rows: spec names (no .tsl), optionally NAME:K=V,...")
+    ap.add_argument("--probe", nargs=3, metavar=("ROW", "K", "PERIODS"),
+                    help="instead of the table: solve the cyclic model of ROW unrolled K times (a repetend "
+                         "holding each block K times) at each of the comma-separated PERIODS")
+    ap.add_argument("--effort", type=float, default=5.0, help="deterministic budget of each --probe solve")
     args = ap.parse_args()
     import ortools.sat.python.cp_model  # noqa: F401  (its import would otherwise count against the first row)
+    if args.probe:
+        probe(*args.probe, effort=args.effort)
+        return
     print("| spec | D | N | lower bound ms | Tessel period ms (per mb) | makespan ms | gap to bound | proven | "
           "best baseline (makespan ms) | CPU s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
