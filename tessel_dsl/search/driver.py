@@ -21,7 +21,7 @@ from tessel_dsl.analysis import lower_bound, microbatch_memory
 from tessel_dsl.search.compact import compact
 from tessel_dsl.search.completion import solve_cooldown, solve_warmup
 from tessel_dsl.errors import InfeasibleError, TesselError
-from tessel_dsl.search.extend import Parts, extend
+from tessel_dsl.search.extend import DIRECT_MAX_TASKS, Parts, below_span, extend
 from tessel_dsl.ir import Spec
 from tessel_dsl.plan import SearchInfo
 from tessel_dsl.search.repetend import Counters, enumerate_search, make_repetend, nr_limit, repetend_problem, serial_repetend
@@ -411,10 +411,23 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
         counters.cuts.append("the cooldown")
     parts = Parts(warm.slots, rep, cool.slots)
     report("extension")
+    truncated = False  # N < N_R too large to solve: not proven optimal, whatever the budgets did
     if n >= rep.nr:
         sched = extend(spec, parts, n)
         report("refinement")
         sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts)
+        notes += how
+    elif n * len(spec.blocks) > DIRECT_MAX_TASKS:
+        # Too many block instances for one time-optimal solve (it would not finish): the N_R
+        # schedule without the micro-batches from n on, then the baselines and end re-solve.
+        slots, _ = below_span(spec, parts, n, solver, clock.left())
+        sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
+        validate(spec, sched)
+        sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts)
+        truncated = True
+        notes.append(f"N={n} is below the repetend's N_R={rep.nr} and too large to solve directly: the "
+                     f"schedule for N_R micro-batches without the last {rep.nr - n} is used (not proven "
+                     "optimal; the repetend is kept for larger N)")
         notes += how
     else:
         slots, direct_proven = direct(spec, n, solver, clock.left())
@@ -428,7 +441,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
     if counters.cuts:
         notes.append("not proven: a budget or time limit cut " + ", ".join(counters.cuts)
                      + " (the best found is used)")
-    proven = period_proven and not counters.cuts
+    proven = period_proven and not counters.cuts and not truncated
     note = "; ".join(notes)
     if not proven and not note:
         note = "a solver call hit the time limit"

@@ -59,13 +59,33 @@ def device_orders(spec: Spec, parts: Parts, n: int) -> list[list[tuple[str, int]
     return rows
 
 
+DIRECT_MAX_TASKS = 800  # beyond this many block instances, N < N_R is not solved in one model
+
+
+def below_span(spec: Spec, parts: Parts, n: int, solver: str, time_limit: float | None
+               ) -> tuple[tuple[Slot, ...], bool]:
+    """A schedule for ``n < N_R`` micro-batches and whether it is proven time-optimal.
+
+    Up to `DIRECT_MAX_TASKS` block instances, one time-optimal solve of all of them
+    (`direct.py`). Above that (a long repetend on many devices) such a solve does not finish, so
+    the schedule for N_R micro-batches is used with the micro-batches from `n` on left out,
+    compacted: removing whole micro-batches never adds memory or breaks a dependency.
+    """
+    if n * len(spec.blocks) <= DIRECT_MAX_TASKS:
+        from tessel_dsl.search.direct import direct
+
+        return direct(spec, n, solver, time_limit)
+    rows = [[k for k in row if k[1] < n] for row in device_orders(spec, parts, parts.repetend.nr)]
+    return compact(spec, orders=rows), False
+
+
 def extend(spec: Spec, schedule_or_parts: Schedule | Parts, n: int, *, name: str = "tessel",
            check: bool = True) -> Schedule:
     """The schedule for `n` micro-batches, compacted and validated.
 
     For ``n >= N_R`` no solver runs, so a saved plan is re-extended to any N cheaply. A repetend
     can't be used for fewer micro-batches than it spans, so ``n < N_R`` is solved directly
-    (time-optimally, all `n` micro-batches at once; small by definition).
+    (time-optimally, all `n` micro-batches at once) when that is small (`below_span`).
     """
     from tessel_dsl.plan_check import check_microbatch_count
 
@@ -76,9 +96,7 @@ def extend(spec: Spec, schedule_or_parts: Schedule | Parts, n: int, *, name: str
     if n < 1:
         raise InfeasibleError(f"the number of micro-batches must be at least 1 (got {n})")
     if n < rep.nr:
-        from tessel_dsl.search.direct import direct
-
-        slots, _proven = direct(spec, n, "auto", None)
+        slots, _proven = below_span(spec, parts, n, "auto", None)
         out = Schedule(n, slots, name=name, warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
         if check:
             validate(spec, out)
