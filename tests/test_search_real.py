@@ -42,3 +42,31 @@ def test_d8_real_costs_reach_the_bound(name, bound, baseline):
     assert result.schedule.makespan(spec) >= info.makespan_bound
     if baseline is not None:
         assert result.schedule.makespan(spec) <= build(spec, baseline, n).makespan(spec)
+
+
+def test_n_below_nr_too_large_to_solve_uses_the_truncated_nr_schedule(monkeypatch):
+    # Interleaved D=4 has N_R=4: with the direct-solve limit at 0, N=2 takes the path that large
+    # specs take (64 blocks at D=16 and N=32 < N_R made one unbudgeted solve of 2048 instances).
+    import importlib
+
+    driver = importlib.import_module("tessel_dsl.search.driver")
+    extend_mod = importlib.import_module("tessel_dsl.search.extend")
+    from tessel_dsl.search.direct import direct
+
+    spec = parse_file(Path(__file__).resolve().parent.parent / "specs" / "interleaved.tsl")
+    monkeypatch.setattr(driver, "DIRECT_MAX_TASKS", 0)
+    monkeypatch.setattr(extend_mod, "DIRECT_MAX_TASKS", 0)
+    result = search(spec, microbatches=2)
+    sched = result.schedule
+    assert result.info.nr > 2
+    validate(spec, sched)
+    assert sorted((s.block, s.mb) for s in sched.slots) == sorted((b.name, m) for m in range(2) for b in spec.blocks)
+    assert not result.info.proven and "too large to solve directly" in result.info.note
+    optimum = direct(spec, 2, "auto", None)
+    assert optimum[1]
+    best = max(s.start + spec.block(s.block).time for s in optimum[0])
+    assert sched.makespan(spec) >= best  # never below the time-optimal schedule
+    # Re-extension to another small N takes the same path and stays valid.
+    again = extend_mod.extend(spec, sched, 3)
+    validate(spec, again)
+    assert {s.mb for s in again.slots} == {0, 1, 2}
