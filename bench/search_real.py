@@ -56,7 +56,7 @@ def best_baseline(spec, n: int) -> tuple[str, int] | None:
             sched = build(spec, record.name, n)
         except TesselError:
             continue
-        if max(sched.peak_memory(spec), default=0) > spec.memory:
+        if not sched.fits_memory(spec):
             continue
         span = sched.makespan(spec)
         if best is None or span < best[1]:
