@@ -76,7 +76,12 @@ def test_best_baseline_only_when_strictly_shorter_and_within_memory():
     assert best_baseline(spec, 8, than=plus.makespan(spec)) is None
     sched, name = best_baseline(spec, 8, than=plus.makespan(spec) + 1)
     assert name == "1f1b+" and sched.makespan(spec) == plus.makespan(spec)
-    assert best_baseline(_spec("kshape", 4), 8, than=10 ** 6) is None  # no chain: not applicable
+    # K-shape has no chain, so no 1F1B applies; GPipe in waves applies to any placement.
+    kspec = _spec("kshape", 4)
+    sched, name = best_baseline(kspec, 8, than=10 ** 6)
+    gpipe = build(kspec, "gpipe", 8)
+    assert name == "gpipe" and sched.makespan(kspec) == gpipe.makespan(kspec) and sched.fits_memory(kspec)
+    assert best_baseline(kspec, 8, than=gpipe.makespan(kspec)) is None
 
 
 # Up to refine.FULL_RESOLVE_TASKS instances the whole schedule is free, so the re-solve reaches the
