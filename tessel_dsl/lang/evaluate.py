@@ -20,7 +20,8 @@ from tessel_dsl.lang import syntax as A
 from tessel_dsl import units as U
 from tessel_dsl.errors import Diagnostic, Location
 from tessel_dsl.ir import Block, Edge, Expectation, Link, Units
-from tessel_dsl.lang.blocks import _devices, build_block
+from tessel_dsl.lang.blocks import build_block
+from tessel_dsl.lang.memory import resolve_device_memory
 from tessel_dsl.lang.values import MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER, UNSET, ForwardOptions, Skip, Values
 from tessel_dsl.limits import MAX_EXPANSION, MAX_INCLUDES
 
@@ -289,45 +290,7 @@ class Evaluator(Values):
         return self._mem_res if self._mem_res else (1, "unit")
 
     def _device_memory(self) -> None:
-        """Resolve the `memory ... on DEVICES` lines into per-device capacity and reserve: a
-        device named by two lines, or outside 0..D-1, is an error naming both places."""
-        o = self.out
-        first: dict[int, Location] = {}
-        for s in self._memory_lines:
-            try:
-                cap = self._capacity(s.train)
-                infer = self._capacity(s.infer) if s.infer is not None else None
-                reserve = self._capacity(s.reserve, "reserved memory") if s.reserve is not None else None
-                devs: list[int] = []
-                for d in s.on:
-                    devs.extend(_devices(self, d, self.params))
-            except Skip:
-                continue
-            outside = {d for d in devs if o.devices is not None and not 0 <= d < o.devices}
-            here: set[int] = set()
-            twice = []  # named by an earlier line, or twice on this one
-            for d in devs:
-                if d in outside:
-                    continue
-                if d in first or d in here:
-                    twice.append(d)
-                else:
-                    here.add(d)
-            # One error of each kind per line, however many devices its ranges name.
-            if outside:
-                more = f" (and {len(outside) - 1} more)" if len(outside) > 1 else ""
-                self.error("device-range", f"`memory ... on {min(outside)}`: device {min(outside)} is outside "
-                           f"0..{o.devices - 1}{more}", s.loc)
-            if twice:
-                more = f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""
-                self.error("duplicate-declaration", f"the memory of device {twice[0]} is given twice "
-                           f"(first at {first.get(twice[0], s.loc)}){more}", s.loc)
-            for d in here:
-                first[d] = s.loc
-                o.device_memory[d] = (cap, infer)
-                if reserve is not None:
-                    o.device_reserve[d] = reserve
-        self._memory_locs = first
+        self._memory_locs = resolve_device_memory(self, self._memory_lines)
 
     def _link(self, s: A.LinkStmt) -> Link:
         latency = bandwidth = 0.0
