@@ -26,7 +26,6 @@ import datetime
 import hashlib
 import json
 import os
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
@@ -39,9 +38,9 @@ from tessel_dsl.ir import Mode
 from tessel_dsl.plan import Plan, plan_to_json
 
 from tessel_dsl.executor.bind import Binding, Trace
-from tessel_dsl.executor.model_api import TensorMeta, forward_preds, forward_succs
-
-CHECKPOINT_INFO = "tessel-plan.json"
+from tessel_dsl.executor.block_map import check_blocks, check_tp, forward_graph, read_blocks
+from tessel_dsl.executor.checkpoint import load_checkpoint, save_checkpoint
+from tessel_dsl.executor.model_api import TensorMeta, forward_succs
 
 
 class Pipeline:
@@ -69,14 +68,14 @@ class Pipeline:
         if self.train and loss_fn is None:
             raise ExecutionError("a training plan needs loss_fn(output, *target)")
         self.loss_fn = loss_fn if self.train else None
-        self.graph = _graph(spec)
+        self.graph = forward_graph(spec)
         self.order = list(self.graph)
         if isinstance(blocks, (str, os.PathLike)):
             blocks = read_blocks(blocks)
         self.blocks = {b: list(f) for b, f in blocks.items()}
-        _check_blocks(spec, model, self.order, self.blocks)
+        check_blocks(spec, model, self.order, self.blocks)
         self.tp = {b: dict(p) for b, p in (tp or {}).items()}
-        _check_tp(spec, self.blocks, self.tp)
+        check_tp(spec, self.blocks, self.tp)
         self.devices, self.n = spec.devices, self.plan.schedule.microbatches
         self._join(replicas, mesh, device, timeout)
         self.model = model
@@ -398,50 +397,12 @@ class Pipeline:
     def save(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None, step: int = 0) -> None:
         """Save this rank's parameters (and optimizer state) with torch.distributed.checkpoint;
         all ranks call it together."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
-
-        view = self._view()
-        state = {"model": get_model_state_dict(view)}
-        if optimizer is not None:
-            state["optim"] = get_optimizer_state_dict(view, optimizer)
-        path = Path(path)
-        dcp.save(state, checkpoint_id=str(path))
-        if self.rank == 0:
-            info = {"plan": self.plan.spec.name, "fingerprint": self.fingerprint(), "blocks": self.blocks,
-                    "devices": self.devices, "replicas": self.replicas, "step": step,
-                    "optimizer": optimizer is not None}
-            tmp = path / (CHECKPOINT_INFO + ".tmp")
-            tmp.write_text(json.dumps(info, indent=1))
-            os.replace(tmp, path / CHECKPOINT_INFO)
-        dist.barrier()
+        save_checkpoint(self, path, optimizer, step)
 
     def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None) -> int:
         """Load a checkpoint written by `save` for the same plan and mapping; returns its step.
         Checked on every rank before anything is read."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
-                                                             set_model_state_dict, set_optimizer_state_dict)
-
-        path = Path(path)
-        try:
-            info = json.loads((path / CHECKPOINT_INFO).read_text())
-        except (OSError, ValueError) as e:
-            raise ExecutionError(f"{path}: not a Tessel checkpoint ({e})") from None
-        if info.get("fingerprint") != self.fingerprint():
-            raise ExecutionError(f"{path}: written for plan {info.get('plan')!r} with blocks {info.get('blocks')}, "
-                                 f"not this plan ({self.plan.spec.name!r}, {self.plan.schedule.name}) and mapping")
-        if optimizer is not None and not info.get("optimizer"):
-            raise ExecutionError(f"{path}: holds no optimizer state")
-        view = self._view()
-        state = {"model": get_model_state_dict(view)}
-        if optimizer is not None:
-            state["optim"] = get_optimizer_state_dict(view, optimizer)
-        dcp.load(state, checkpoint_id=str(path))
-        set_model_state_dict(view, state["model"])
-        if optimizer is not None:
-            set_optimizer_state_dict(view, optimizer, state["optim"])
-        return int(info.get("step", 0))
+        return load_checkpoint(self, path, optimizer)
 
 
 class _Stage:
@@ -484,86 +445,6 @@ class _BlockModule(nn.Module):
         out = pipe.binding.run_block(self.block, pipe.trace, tuple(received), args, kwargs,
                                      pipe.loss_fn if last else None, target)
         return out
-
-
-def read_blocks(path: str | os.PathLike) -> dict[str, list[str]]:
-    """A block -> submodule names mapping from a JSON file; errors name file:line:col."""
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ExecutionError(f"{path}: cannot read the block mapping ({e.strerror or e})") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ExecutionError(f"{path}:{e.lineno}:{e.colno}: {e.msg}") from None
-    if not isinstance(doc, dict) or not all(
-            isinstance(k, str) and isinstance(v, list) and all(isinstance(f, str) for f in v) for k, v in doc.items()):
-        raise ExecutionError(f"{path}: expected an object of block name -> list of submodule names, "
-                             f'such as {{"F0": ["layers.0", "layers.1"]}}')
-    return doc
-
-
-def _graph(spec) -> dict[str, tuple[str, ...]]:
-    """Every forward block's input blocks (spec edge order), in dependency order. Chains, joins
-    and fan-outs bind by name; a placement must end in one block, which computes the loss."""
-    fwd = [n for n in spec.topo_order if not spec.block(n).kind.is_backward]
-    ends = [n for n in fwd if not forward_succs(spec, n)]
-    if len(ends) != 1:
-        raise ExecutionError(f"blocks bound by name must end in one forward block, which computes the loss or "
-                             f"the output; spec {spec.name!r} has {len(ends)} ({ends}), as independent pipelines "
-                             f"sharing the devices do (use a model factory: `tessel run --model MODULE:FACTORY`, "
-                             f"docs/run.md)")
-    return {n: forward_preds(spec, n) for n in fwd}
-
-
-def _check_blocks(spec, model: nn.Module, order: list[str], blocks: dict[str, list[str]]) -> None:
-    """Every forward block mapped, every name a submodule, every parameter in exactly one block."""
-    unknown = sorted(set(blocks) - set(order))
-    if unknown:
-        raise ExecutionError(f"blocks {unknown} are not forward blocks of spec {spec.name!r} ({order})")
-    missing = [b for b in order if not blocks.get(b)]
-    if missing:
-        raise ExecutionError(f"no submodules given for forward block(s) {missing}")
-    modules = dict(model.named_modules())
-    owner: dict[str, str] = {}
-    for b in order:
-        for f in blocks[b]:
-            if f not in modules or f == "":
-                close = sorted(n for n in modules if n and (n.split(".")[-1] == f.split(".")[-1]))[:3]
-                hint = f" (did you mean {', '.join(close)}?)" if close else ""
-                raise ExecutionError(f"block {b!r}: the model has no submodule {f!r}{hint}")
-            if f in owner:
-                raise ExecutionError(f"submodule {f!r} is in both {owner[f]!r} and {b!r}")
-            owner[f] = b
-    for f in owner:
-        for g in owner:
-            if f != g and g.startswith(f + "."):
-                raise ExecutionError(f"{g!r} ({owner[g]}) lies inside {f!r} ({owner[f]})")
-    holder: dict[int, str] = {}
-    for f, b in owner.items():
-        for n, p in modules[f].named_parameters():
-            if holder.get(id(p), b) != b:
-                raise ExecutionError(f"parameter {f}.{n} is shared by blocks {holder[id(p)]!r} and {b!r}; "
-                                     f"tied weights across blocks are not supported")
-            holder[id(p)] = b
-    loose = [n for n, p in model.named_parameters() if id(p) not in holder]
-    if loose:
-        raise ExecutionError(f"parameters outside every block: {loose[:5]}{' ...' if len(loose) > 5 else ''}")
-
-
-def _check_tp(spec, blocks: dict[str, list[str]], tp: dict[str, dict[str, Any]]) -> None:
-    """Tensor-parallel plans only for multi-device blocks (on all the plan's devices or on some),
-    and only over submodules of the block."""
-    for b, plan in tp.items():
-        if b not in blocks:
-            raise ExecutionError(f"tensor-parallel plan for {b!r}, which is no forward block")
-        devs = spec.block(b).devices
-        if len(devs) < 2:
-            raise ExecutionError(f"tensor-parallel plan for {b!r}, which runs on one device ({devs[0]}): "
-                                 f"only blocks on several devices can be sharded")
-        for f in plan:
-            if not any(f == m or f.startswith(m + ".") for m in blocks[b]):
-                raise ExecutionError(f"tensor-parallel plan for {b!r} names {f!r}, which is not in the block")
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
 from tessel_dsl.executor.bind import Binding  # noqa: E402
-from tessel_dsl.executor.pipeline import Pipeline, _graph, read_blocks  # noqa: E402
+from tessel_dsl.executor.block_map import forward_graph, read_blocks  # noqa: E402
+from tessel_dsl.executor.pipeline import Pipeline  # noqa: E402
 from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
 
 from . import pipeline_support as ps  # noqa: E402
@@ -121,7 +122,7 @@ def test_a_join_that_gets_its_inputs_already_combined_fails_in_the_fake_run():
     x, y = ps.two_tower_batches(1, 4)[0]
     torch.manual_seed(0)
     blocks = {**ps.TWO_TOWER_BLOCKS, "J": ["fuse.mlp", "cls"]}
-    binding = Binding(ps.JoinedTwoTower(), blocks, _graph(plan.spec))
+    binding = Binding(ps.JoinedTwoTower(), blocks, forward_graph(plan.spec))
     with pytest.raises(ExecutionError, match=r"block 'J' takes inputs from \['F0', 'F1'\], but argument 0 of "
                                              r"its first submodule call depends on the outputs of \['F0', 'F1'\]: "
                                              r"a join must receive each input block's output as a separate argument"):

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
