@@ -36,7 +36,8 @@ import threading
 import time
 from pathlib import Path
 
-from gpu_common import GPT, PLANS, ROOT, arg_parser, costed, gpu_info, make_plan, record, sizes, smoke, write_results
+from gpu_common import (GPT, PLANS, ROOT, arg_parser, costed, gpu_info, join_group, make_plan, record, sizes, smoke,
+                        write_results)
 
 N = 16
 CHAIN = {"hidden": 4096, "batch": 4096, "dtype": "bf16"}
@@ -192,15 +193,7 @@ def _torch_rank(rank: int, world: int, port: int, model: str, kind: str, margs: 
     from tessel_dsl.executor.models import chain, gpt
     from tessel_dsl.executor.models.common import lm_loss, seeded
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(rank)
-        dev = torch.device("cuda", rank)
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
-    else:
-        dev = torch.device("cpu")
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    dev = join_group(rank, world, port)
     mod = gpt if model == "gpt" else chain
     cfg = mod.Config.of(margs)
     full = seeded(mod.GPT if model == "gpt" else mod.Chain, cfg, dev)

@@ -116,13 +116,11 @@ def v_split_stage(full, part, first: bool, last: bool):
     return Stage()
 
 
-def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmup: int, out: str) -> None:
+def join_group(rank: int, world: int, port: int):
+    """Join the world's process group on localhost; returns this rank's device (its GPU with NCCL,
+    or the CPU with gloo and one thread per rank, so that smoke runs don't oversubscribe the cores)."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
-
-    from tessel_dsl.executor.models.common import lm_loss, seeded, split_evenly
-    from tessel_dsl.executor.models.gpt import GPT as Model, Config
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if torch.cuda.is_available():
@@ -131,7 +129,20 @@ def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmu
         dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     else:
         dev = torch.device("cpu")
+        torch.set_num_threads(1)
         dist.init_process_group("gloo", rank=rank, world_size=world)
+    return dev
+
+
+def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmup: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    from tessel_dsl.executor.models.common import lm_loss, seeded, split_evenly
+    from tessel_dsl.executor.models.gpt import GPT as Model, Config
+
+    dev = join_group(rank, world, port)
     cfg = Config.of(sizes("gpt", GPT))
     full = seeded(Model, cfg, dev)
     part = split_evenly(cfg.layers, world)[rank]
