@@ -6,6 +6,7 @@ Heavy libraries (z3, ortools, simpy, torch) are imported inside the verbs that n
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from tessel_dsl.errors import TesselError
@@ -40,10 +41,34 @@ def _load_verbs(argv: list[str] | None = None) -> None:
                 raise
 
 
+# Verbs that start no other process: their numpy (loaded with OR-Tools) may keep one BLAS thread.
+_ONE_BLAS_THREAD = frozenset({"check", "search", "compare", "simulate", "export"})
+# What OpenBLAS reads for its thread count, first found wins; any of them is the user's choice.
+_BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def one_blas_thread(argv: list[str], environ) -> bool:
+    """Set OPENBLAS_NUM_THREADS=1 in `environ` for a verb of `_ONE_BLAS_THREAD`, unless the user
+    has set a thread count; True when it did.
+
+    numpy comes with OR-Tools' CP-SAT, and its OpenBLAS starts a thread per core on load (0.05 s
+    of CPU on 2 cores, more on larger machines) for linear algebra the search never does. The
+    variable must be set before numpy loads; verbs that launch processes (`run`, `profile`,
+    `test`) are left alone, so their workers get the user's environment unchanged.
+    """
+    if _verb_module(argv) not in _ONE_BLAS_THREAD or any(v in environ for v in _BLAS_THREAD_VARS):
+        return False
+    environ["OPENBLAS_NUM_THREADS"] = "1"
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user errors print in red and exit 1, usage errors exit 2."""
     from tessel_dsl.search.solvers import cpsat_module
 
+    if argv is None and "numpy" not in sys.modules:
+        # the command-line process itself (not `main([...])` called from a program or a test)
+        one_blas_thread(sys.argv[1:], os.environ)
     cpsat_module.lean = True  # no pandas for OR-Tools in this process (cpsat_module says why)
     _load_verbs(sys.argv[1:] if argv is None else argv)
     try:
