@@ -56,3 +56,36 @@ def test_main_called_from_a_program_leaves_its_environment_alone(capsys):
     except SystemExit as e:
         assert not e.code
     assert os.environ.get("OPENBLAS_NUM_THREADS") == before
+
+
+def test_search_json_loads_neither_rich_nor_other_verbs_and_reports_progress_plainly(tmp_path):
+    # With output as JSON and stderr not a terminal nothing is printed through rich, so the
+    # command does not load it; progress still reaches stderr, one whole line per phase.
+    out = tmp_path / "k.json"
+    code = ("import sys\nfrom tessel_dsl.cli import main\n"
+            f"try:\n    main(['search', {str(ROOT / 'specs/kshape.tsl')!r}, '-n', '8', '--json', '-o', {str(out)!r}])\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "import typer\n"
+            "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'pydantic', 'z3', 'simpy'}),"
+            " typer.__version__, file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    loaded = next(line for line in r.stderr.splitlines() if line.startswith("LOADED"))
+    version = tuple(int(x) for x in loaded.split()[-1].split(".")[:2])
+    # typer 0.29 and later would load pydantic for its option parsing (pyproject pins below it)
+    assert loaded.split("] ")[0] + "]" == ("LOADED []" if version < (0, 29) else "LOADED ['pydantic']"), loaded
+    done = [line for line in r.stderr.splitlines() if line.startswith("searching done")]
+    assert len(done) == 1 and "lower bound=6" in done[0] and done[0].rstrip().endswith("s"), r.stderr
+    assert '"period": 6' in r.stdout and out.exists()
+
+
+def test_the_lazy_console_is_a_rich_console_once_used(capsys):
+    from rich.console import Console
+
+    from tessel_dsl.cli.app import LazyConsole
+
+    c = LazyConsole(stderr=True, width=50)
+    assert c._console is None
+    c.print("[bold]hello[/]")
+    assert isinstance(c.get(), Console) and c.get() is c.get() and c.width == 50
+    assert capsys.readouterr().err == "hello\n"
