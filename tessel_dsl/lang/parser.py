@@ -23,6 +23,9 @@ from tessel_dsl.ir import Block, Edge, Mode, Spec
 from tessel_dsl.limits import MAX_SPEC_BYTES, MAX_STATEMENT_CHARS
 
 _PARSER: Lark | None = None
+# Options fixed with the grammar (and so in the shipped tables); the per-process ones, postlex and
+# propagate_positions, are given when the tables are loaded, as lark allows.
+LARK_OPTIONS = dict(parser="lalr", start=["start", "expr"], maybe_placeholders=False)
 
 
 class _Indenter(Indenter):
@@ -57,12 +60,36 @@ def grammar_text() -> str:
 
 
 def lark_parser() -> Lark:
-    """The LALR parser, built once per process."""
+    """The LALR parser, made once per process: from the tables shipped in the package when they
+    belong to this grammar and lark release (`grammar_tables` says why), else from the grammar."""
     global _PARSER
     if _PARSER is None:
-        _PARSER = Lark(grammar_text(), parser="lalr", postlex=_Indenter(), propagate_positions=True,
-                       start=["start", "expr"], maybe_placeholders=False, cache=True)
+        text = grammar_text()
+        _PARSER = prebuilt_parser(text)
+        if _PARSER is None:
+            _PARSER = Lark(text, postlex=_Indenter(), propagate_positions=True, cache=True, **LARK_OPTIONS)
     return _PARSER
+
+
+def grammar_digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def prebuilt_parser(text: str) -> Lark | None:
+    """The parser from `lalr_tables`, or None when they were built from another grammar or by
+    another lark release (their format is lark's own)."""
+    import lark
+
+    try:
+        from tessel_dsl.lang import lalr_tables as T
+    except ImportError:  # a tree without the generated module
+        return None
+
+    if T.LARK_VERSION != lark.__version__ or T.GRAMMAR_SHA256 != grammar_digest(text):
+        return None
+    return Lark._load_from_dict(T.DATA, T.MEMO, postlex=_Indenter(), propagate_positions=True)
 
 
 # ---- syntax errors --------------------------------------------------------------------------
