@@ -30,7 +30,8 @@ class SearchInfo:
     `period_proven`: `period` (per micro-batch: `period / repetend_copies`) is the smallest of
     any repetend that holds each block at most `copies` times (over every N_R the search allows). `proven`: that, and no budget or time limit
     cut any solve of the search short (the note says which did). `makespan_bound` is a lower bound
-    on the makespan for this N (`search/bounds.py`); the makespan is optimal when it reaches it.
+    on the makespan for this N (`search/bounds.py`, time and memory); the makespan is optimal when it
+    reaches it.
     """
 
     solver: str = "none"
@@ -49,6 +50,10 @@ class SearchInfo:
     # The chosen repetend holds each block this many times; `period` then covers that many
     # micro-batches (such a schedule keeps no repetend for re-extension).
     repetend_copies: int = 1
+    # A lower bound on the period per micro-batch of any repeating schedule from memory (how long
+    # a micro-batch holds memory on a device over how many the device holds; `search/membound.py`),
+    # next to `lower_bound`, the busiest device's work. 0 when no device's memory binds.
+    memory_bound: float = 0.0
 
 
 @dataclass(frozen=True)

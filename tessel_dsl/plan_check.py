@@ -164,6 +164,7 @@ def check_microbatch_count(spec: Spec, n: int) -> None:
 
 def _check_search(info) -> None:
     _real(info.seconds, "search.seconds", 0.0)
+    _real(info.memory_bound, "search.memory_bound", 0.0)
     for name in ("lower_bound", "period", "nr", "candidates_tried", "candidates_pruned", "makespan_bound"):
         _int(getattr(info, name), f"search.{name}", 0, MAX_QUANTITY)
     _int(info.copies, "search.copies", 1, MAX_QUANTITY)

@@ -110,14 +110,14 @@ APPLICABLE = {
     zbchain: ("gpipe", "zb-h1"),
     zbv: ("gpipe", "zb-v"),
     interleaved: ("gpipe", "interleaved-1f1b"),
-    vshape: ("gpipe", "1f1b", "1f1b+"),
+    vshape: ("gpipe", "1f1b", "1f1b-capped", "1f1b+"),
     xshape: ("gpipe", "chimera"),
     mshape: ("gpipe", "1f1b+"),
     nnshape: ("gpipe", "1f1b+"),
     kshape: ("gpipe",),
 }
 # Inference drops the backward blocks: the zero-bubble placements become plain chains.
-INFER_APPLICABLE = {zbchain: ("gpipe", "1f1b", "1f1b+"), zbv: ("gpipe",)}
+INFER_APPLICABLE = {zbchain: ("gpipe", "1f1b", "1f1b-capped", "1f1b+"), zbv: ("gpipe",)}
 NAMES = tuple(BY_NAME)
 
 
@@ -312,10 +312,10 @@ SHIPPED_APPLICABLE = {
     "kshape": {"gpipe"},
     "mshape": {"gpipe", "1f1b+"},
     "nnshape": {"gpipe", "1f1b+"},
-    "vshape": {"gpipe", "1f1b", "1f1b+"},
+    "vshape": {"gpipe", "1f1b", "1f1b-capped", "1f1b+"},
     "xshape": {"gpipe", "chimera"},
     ("zerobubble", "train"): {"gpipe", "zb-h1"},
-    ("zerobubble", "infer"): {"gpipe", "1f1b", "1f1b+"},
+    ("zerobubble", "infer"): {"gpipe", "1f1b", "1f1b-capped", "1f1b+"},
 }
 
 

@@ -1,6 +1,8 @@
 """A lower bound on the makespan of N micro-batches, stated in every plan next to the makespan.
 
-Memory is left out, so the bound holds for any M. Device ``d`` runs ``N * W_d`` of work (``W_d``
+The bound takes the larger of the time bounds below and the memory bound of `membound.py` (a
+micro-batch holds memory on a device for at least a dependency chain, and the device holds only so
+many at once). Device ``d`` runs ``N * W_d`` of work (``W_d``
 its share of one micro-batch, multi-device blocks included); before its first block can start,
 at least the shortest dependency chain leading to one of its blocks has run (the *head*), and
 after its last block ends at least the shortest chain leaving one of its blocks must still run
@@ -21,7 +23,9 @@ from tessel_dsl.ir import Spec
 
 
 def makespan_bound(spec: Spec, microbatches: int) -> int:
-    """The largest of the per-device bounds and the critical path (see the module text)."""
+    """The largest of the per-device bounds, the critical path and the memory bound (module text)."""
+    from tessel_dsl.search.membound import memory_makespan_bound
+
     time = {b.name: b.time for b in spec.blocks}
     head: dict[str, int] = {}
     for name in spec.topo_order:
@@ -35,7 +39,7 @@ def makespan_bound(spec: Spec, microbatches: int) -> int:
         if on:
             work = sum(time[n] for n in on)
             bound = max(bound, min(head[n] for n in on) + microbatches * work + min(tail[n] for n in on))
-    return max(bound, idle_bound(spec, microbatches))
+    return max(bound, idle_bound(spec, microbatches), memory_makespan_bound(spec, microbatches))
 
 
 def idle_bound(spec: Spec, microbatches: int) -> int:

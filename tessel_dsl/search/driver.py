@@ -30,6 +30,7 @@ from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, reso
 from tessel_dsl.validate import validate
 from tessel_dsl.search.modulo import POLISH_EFFORT
 from tessel_dsl.search.bounds import makespan_bound
+from tessel_dsl.search.membound import memory_period_bound
 from tessel_dsl.search.direct import direct
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.search.timescale import divide_schedule, divide_spec, divisible, scale_schedule, time_unit
@@ -119,6 +120,16 @@ def cyclic_nr_limit(spec: Spec) -> int:
     return nr_limit(spec) + 2
 
 
+def period_floor(spec: Spec) -> int:
+    """No repetend holding each block once has a shorter period: the busiest device's work, the
+    memory bound (a micro-batch's holding time over how many a device holds) and, on a chain, the
+    warmups memory allows (`membound.py`)."""
+    from tessel_dsl.search.membound import memory_period_bound, one_copy_chain_bound
+
+    mem = memory_period_bound(spec)
+    return max(lower_bound(spec), -(-mem.numerator // mem.denominator), one_copy_chain_bound(spec))
+
+
 def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock, counters: Counters,
                    report: Callable[[str], None], accept: Callable[[Repetend], bool]
                    ) -> tuple[Repetend, bool, str, bool]:
@@ -129,6 +140,7 @@ def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock
     repetend's). It gallops up from the lower bound (``lo``, ``lo + 1``, ``lo + 3``, ``lo + 7``,
     ...) until a period is feasible, then bisects between the last period that was not and the
     best; the number of solves grows with the logarithm of the gap, not with the time resolution.
+    The walk starts at `period_floor`, which adds what memory proves to the busiest device's work.
     Each solve has a deterministic budget (`PERIOD_EFFORT`), so the answer is the same on every
     run and under any load; a wall-clock limit applies only when the user gave ``--time-limit``.
     A period the budget could not settle is kept as open (the answer is then not proven); the one
@@ -136,7 +148,8 @@ def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock
     """
     from tessel_dsl.search.modulo import solve_period
 
-    lo, hi, best = lower_bound(spec), fallback.period, fallback
+    hi, best = fallback.period, fallback
+    lo = min(hi, period_floor(spec))
     best_cuts: list[str] = []  # what a budget cut in finding `best` (its latency polish)
     max_nr = cyclic_nr_limit(spec)
     open_periods: set[int] = set()  # tried, neither found feasible nor proven infeasible
@@ -350,7 +363,8 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     result = _with_copies(base, n, result, solver=solver, method=method, clock=clock, progress=progress)
     info = result.info
     info = replace(info, lower_bound=info.lower_bound * unit, period=info.period * unit,
-                   makespan_bound=info.makespan_bound * unit)
+                   makespan_bound=info.makespan_bound * unit,
+                   memory_bound=float(memory_period_bound(spec)))
     sched = scale_schedule(result.schedule, unit)
     if unit > 1:
         validate(spec, sched)

@@ -19,6 +19,7 @@ from tessel_dsl.search.compact import compact
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.validate import validate
+from tessel_dsl.search.baselines.capped import capped_orders
 from tessel_dsl.search.baselines.chain import NotApplicable
 from tessel_dsl.search.baselines.classic import (chimera_orders, gpipe_orders, interleaved_orders, one_f_one_b_orders,
                                                  one_f_one_b_plus_orders)
@@ -44,6 +45,9 @@ RECORDS: tuple[Baseline, ...] = (
     Baseline("gpipe", gpipe_orders, "all forwards, then all backwards, in waves of as many micro-batches as M holds",
              seeds_search=True),
     Baseline("1f1b", one_f_one_b_orders, "one forward, one backward on a chain of stages", seeds_search=True),
+    Baseline("1f1b-capped", capped_orders,
+             "1F1B played out in time, each stage keeping as many micro-batches in flight as its memory holds",
+             seeds_search=True),
     Baseline("1f1b+", one_f_one_b_plus_orders, "1F1B with multi-device blocks pinned into the chain",
              seeds_search=True),
     Baseline("chimera", chimera_orders, "Chimera-direct, two chains run in opposite directions", seeds_search=True),

@@ -1,0 +1,196 @@
+"""Lower bounds that come from memory: how long a micro-batch holds memory on a device, and how
+many micro-batches the device can hold at once.
+
+**Holding.** Take a device ``d``, a block ``a`` on it that allocates, and a block ``r`` on it that
+depends on ``a`` (transitively). At any moment, one micro-batch's *contribution* to ``d``'s memory
+is the sum of the memory of its blocks on ``d`` that have started (the validator's running sum,
+read per micro-batch). The blocks that have started form a down-closed set (a block starts only
+after every block it depends on has ended). So while ``a`` has started and ``r`` has not, the
+micro-batch holds at least ``h = min { sum of m_x over S : S down-closed, a in S, r not in S }``
+on ``d`` (found by enumerating the down-closed sets of the few blocks on ``d``). If no down-closed
+set has a negative sum, no micro-batch ever lowers another's holding, and at most
+``k = floor(C_d / h)`` micro-batches can be in that state at once (``C_d``: the device's capacity).
+
+**The intervals.** Micro-batch ``i`` has the interval ``J_i = [start of a_i, end of r_i)``, at
+least ``c`` long, where ``c`` is the longest dependency chain from ``a`` to ``r`` (both counted).
+If ``J_i`` and ``J_j`` overlap and ``a_j`` starts no earlier than ``a_i``, then ``a_j`` starts
+before ``r_i`` does (both run on ``d``, one at a time, and ``a_j`` starts before ``r_i`` ends). So
+pairwise-overlapping intervals all contain the latest of their starts, a moment where each of them
+holds at least ``h``: no more than ``k`` intervals overlap pairwise. Intervals with at most ``k``
+pairwise overlapping split into ``k`` classes of disjoint intervals (interval graphs are perfect;
+colouring them in order of start needs no more colours than the largest clique), and one class
+has at least ``ceil(N / k)`` of the N intervals. Every ``J_i`` starts no earlier than ``head(a)``,
+the longest chain before ``a``, and ends by the makespan less ``tail(r)``, the longest chain after
+``r``. Hence
+
+    makespan >= head(a) + ceil(N / k) * c + tail(r)                        (`memory_makespan_bound`)
+
+and, as N grows, a schedule repeating q micro-batches every period P keeps ``P / q >= c / k``
+(`memory_period_bound`, per micro-batch). Both hold for every schedule, whatever the search does.
+
+**One-copy repetends on a chain** (`one_copy_chain_bound`). When the spec is a chain of stages,
+stage ``s`` on its own device running only ``F_s`` (allocating ``h_s``) and ``B_s`` (freeing it),
+a repetend holding each block once makes every stage alternate ``F_{i+w_s}, B_i`` in its steady
+state for a fixed ``w_s >= 0``, and:
+
+* when ``F_{i+w_s}`` starts, micro-batches ``i .. i+w_s`` hold memory there: ``w_s <= k_s - 1``;
+* ``w_{s+1} <= w_s``: otherwise stage ``s`` runs ``F_j`` (``j = i + w_{s+1}``) after ``B_i``,
+  which waits for ``B_i`` on ``s+1``, which that stage runs after ``F_j``, which waits for ``F_j``
+  on ``s``: a cycle;
+* on a run of stages ``s..e`` with the same ``w``, the end of ``B_i`` on ``e`` waits for ``F_{i+w}``
+  on ``e``, which waits for ``F_{i+w}`` on ``e-1`` ... on ``s``, each of which a stage of the run
+  runs after its ``B_{i-1}``, which waits for ``B_{i-1}`` on the next stage ... on ``e``: one period
+  is at least ``sum over s..e of (f_t + b_t)``.
+
+So the period is at least the smallest, over non-increasing ``w`` within the memory limits, of the
+costliest run of equal ``w``; a dynamic programme over the partitions of the chain into runs finds
+it. With every ``k_s`` at least the number of stages after ``s`` plus one (1F1B's warmup), the runs
+are single stages and this is the busiest stage's work, the usual bound. It binds only repetends
+holding each block once; repetends of several micro-batches (or no repetend) can do better.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+from tessel_dsl.analysis import reachable
+from tessel_dsl.ir import Spec
+
+ENUMERATE_MAX = 14  # down-closed sets are enumerated on devices with at most this many blocks
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Micro-batches on `device` hold at least `need` from the start of `alloc` to the end of
+    `free`, which is at least `chain` long; at most `limit` of them at once."""
+
+    device: int
+    alloc: str
+    free: str
+    need: int
+    limit: int
+    chain: int
+    head: int
+    tail: int
+
+    def makespan(self, microbatches: int) -> int:
+        return self.head + -(-microbatches // self.limit) * self.chain + self.tail
+
+    @property
+    def period(self) -> Fraction:
+        return Fraction(self.chain, self.limit)
+
+
+def holdings(spec: Spec) -> list[Holding]:
+    """Every (device, allocating block, later block) pair the module text's bound applies to."""
+    if any(b.time <= 0 for b in spec.blocks):
+        return []  # zero-time blocks may share a start on one device; the argument needs them apart
+    time = {b.name: b.time for b in spec.blocks}
+    reach = reachable(spec)
+    head: dict[str, int] = {}
+    for name in spec.topo_order:
+        head[name] = max((head[p] + time[p] for p in spec.preds[name]), default=0)
+    tail: dict[str, int] = {}
+    for name in reversed(spec.topo_order):
+        tail[name] = max((time[s] + tail[s] for s in spec.succs[name]), default=0)
+    out = []
+    for d in range(spec.devices):
+        on = [b.name for b in spec.blocks_on(d)]
+        if not on or len(on) > ENUMERATE_MAX or not any(spec.block(x).memory > 0 for x in on):
+            continue
+        ideals = _ideals(spec, on, reach)
+        mem = [spec.block(x).memory for x in on]
+        sums = {s: sum(m for i, m in enumerate(mem) if s >> i & 1) for s in ideals}
+        if min(sums.values()) < 0:
+            continue  # a micro-batch could lower another's holding: the argument does not apply
+        cap = spec.capacity(d)
+        for ia, a in enumerate(on):
+            if mem[ia] <= 0:
+                continue
+            for ir, r in enumerate(on):
+                if r not in reach[a]:
+                    continue
+                need = min((v for s, v in sums.items() if s >> ia & 1 and not s >> ir & 1), default=0)
+                if need <= 0 or cap < need:
+                    continue  # (a capacity below one micro-batch's need is refused before any search)
+                out.append(Holding(d, a, r, need, cap // need, _longest(spec, a, r, time), head[a], tail[r]))
+    return out
+
+
+def _ideals(spec: Spec, on: list[str], reach: dict[str, frozenset[str]]) -> list[int]:
+    """The down-closed subsets of `on` (bitmasks): with a block, every block of `on` it depends on."""
+    below = [sum(1 << j for j, y in enumerate(on) if x in reach[y]) for x in on]
+    return [s for s in range(1 << len(on)) if all(below[i] & ~s == 0 for i in range(len(on)) if s >> i & 1)]
+
+
+def _longest(spec: Spec, a: str, r: str, time: dict[str, int]) -> int:
+    """The longest dependency chain from the start of `a` to the end of `r` (both counted)."""
+    dist = {a: time[a]}
+    for name in spec.topo_order:
+        got = [dist[p] for p in spec.preds[name] if p in dist]
+        if got and name != a:
+            dist[name] = max(got) + time[name]
+    return dist[r]
+
+
+def memory_period_bound(spec: Spec) -> Fraction:
+    """A lower bound on the period per micro-batch of any schedule that repeats (module text)."""
+    return max((h.period for h in holdings(spec)), default=Fraction(0))
+
+
+def memory_makespan_bound(spec: Spec, microbatches: int) -> int:
+    """A lower bound on the makespan of `microbatches` micro-batches from memory (module text)."""
+    return max((h.makespan(microbatches) for h in holdings(spec)), default=0)
+
+
+def chain_stages(spec: Spec) -> list[tuple[int, int, int, int]] | None:
+    """(forward time, backward time, memory per micro-batch, capacity) of each stage in chain
+    order, when the spec is the chain the module text's one-copy bound needs; else None."""
+    if any(b.is_multi_device or b.time <= 0 for b in spec.blocks):
+        return None
+    reach = reachable(spec)
+    stages = []
+    for d in range(spec.devices):
+        on = spec.blocks_on(d)
+        fwd = [b for b in on if not b.kind.is_backward]
+        bwd = [b for b in on if b.kind.is_backward]
+        if len(on) != 2 or len(fwd) != 1 or len(bwd) != 1:
+            return None
+        f, b = fwd[0], bwd[0]
+        if f.memory <= 0 or b.memory != -f.memory or b.name not in reach[f.name]:
+            return None
+        stages.append((f, b, d))
+    pos = {name: i for i, name in enumerate(spec.topo_order)}
+    stages.sort(key=lambda x: pos[x[0].name])
+    for (f0, b0, _), (f1, b1, _) in zip(stages, stages[1:]):
+        if f1.name not in reach[f0.name] or b0.name not in reach[b1.name]:
+            return None
+    return [(f.time, b.time, f.memory, spec.capacity(d)) for f, b, d in stages]
+
+
+def one_copy_chain_bound(spec: Spec) -> int:
+    """The smallest period of a repetend holding each block once on a memory-bound chain (module
+    text); 0 when the spec is not such a chain or no warmup fits."""
+    stages = chain_stages(spec)
+    if not stages:
+        return 0
+    count = len(stages)
+    work = [f + b for f, b, _, _ in stages]
+    limit = [cap // held - 1 for _, _, held, cap in stages]  # the largest w_s memory allows
+    inf = float("inf")
+
+    @lru_cache(maxsize=None)
+    def best(i: int, j: int) -> float:
+        """Stages i.. as runs, the run holding stage i having value j (the last run has 0)."""
+        out, cost, room = inf, 0, inf
+        for e in range(i, count):
+            cost, room = cost + work[e], min(room, limit[e])
+            if j > room:
+                break
+            rest = (0 if j == 0 else inf) if e == count - 1 else (best(e + 1, j - 1) if j >= 1 else inf)
+            out = min(out, max(cost, rest))
+        return out
+
+    got = min(best(0, j) for j in range(count))
+    return 0 if got == inf else int(got)
