@@ -3,6 +3,7 @@
 driver      the search end to end (paper Algorithm 1): bounds, repetend, completion, extension
 repetend    repetend construction by enumerating offsets (paper §4.1)
 modulo      repetend construction with one cyclic model per period
+construct   a repetend at the period bound without a solver (modulo list scheduling)
 completion  time-optimal warmup and cooldown for a repetend (paper §4.2)
 extend      the repetend repeated to N micro-batches, then compacted
 direct      all N micro-batches in one solve (small N)
