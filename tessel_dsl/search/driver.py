@@ -360,7 +360,7 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     base, clock = divide_spec(spec, unit), _Clock(time_limit, unit)
     # A method named by the caller always runs; `auto` first tries a schedule built without a
     # solver, and returns it when it reaches both lower bounds (nothing left to prove).
-    result = _constructive(base, n, clock) if method == "auto" else None
+    result = _constructive(base, n, clock, progress) if method == "auto" else None
     method = DEFAULT_METHOD if method == "auto" else method
     if result is None:
         result = _search(base, n, solver=solver, method=method, clock=clock, progress=progress)
@@ -375,15 +375,21 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     return SearchResult(sched, info)
 
 
-def _constructive(spec: Spec, n: int, clock: _Clock) -> SearchResult | None:
+def _constructive(spec: Spec, n: int, clock: _Clock,
+                  progress: Callable[[Progress], None] | None) -> SearchResult | None:
     """The modulo-list schedule (`construct.py`) when it reaches the period lower bound and the
     makespan bound: both are then optimal and proven, and no solver is loaded."""
     from tessel_dsl.search.construct import bound_reaching_schedule
 
+    lower, u = lower_bound(spec), clock.unit
+    if progress is not None:
+        progress(Progress("constructive", lower * u, lower * u, 0, None, 0, 0, clock.elapsed()))
     sched = bound_reaching_schedule(spec, n)
     if sched is None:
         return None
     rep = sched.repetend
+    if progress is not None:
+        progress(Progress("done", lower * u, rep.period * u, rep.nr, rep.period * u, 0, 0, clock.elapsed()))
     note = ("built without a solver (modulo list scheduling): the period reaches its lower bound "
             "and the makespan reaches its bound, so both are optimal")
     info = SearchInfo("none", "constructive", True, clock.elapsed(), lower_bound(spec), rep.period, rep.nr,
