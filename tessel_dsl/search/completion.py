@@ -103,8 +103,9 @@ def _phase(sol: Solution, keys: list[tuple[str, int]], count: int) -> Phase:
 
 def solve_warmup(spec: Spec, rep: Repetend, *, objective: Objective = Objective.ANCHOR,
                  solver: str | None = None, time_limit: float | None = None,
-                 effort: float | None = None) -> Phase | None:
-    """The warmup, finishing on each device before its first repetend block (None: impossible)."""
+                 effort: float | None = None, why: list[str] | None = None) -> Phase | None:
+    """The warmup, finishing on each device before its first repetend block (None: impossible, or
+    nothing found within the budget; the solver's status is then appended to `why`)."""
     free = warmup_blocks(rep)
     if not free:
         return Phase((), True)
@@ -116,14 +117,17 @@ def solve_warmup(spec: Spec, rep: Repetend, *, objective: Objective = Objective.
     problem, keys = _problem(spec, free, pinned, _device_edges(spec, rep, 1, True), {}, (0,) * spec.devices)
     sol = solve(problem, objective, time_limit, solver=solver, effort=effort)
     if not sol.ok:
+        if why is not None:
+            why.append(sol.status)
         return None
     return _phase(sol, keys, len(free))
 
 
 def solve_cooldown(spec: Spec, rep: Repetend, *, objective: Objective = Objective.MAKESPAN,
                    solver: str | None = None, time_limit: float | None = None,
-                   effort: float | None = None) -> Phase | None:
-    """The cooldown after `N_R` pinned instances; returned numbered for ``N = N_R`` (None: impossible)."""
+                   effort: float | None = None, why: list[str] | None = None) -> Phase | None:
+    """The cooldown after `N_R` pinned instances; returned numbered for ``N = N_R`` (None: impossible,
+    or nothing found within the budget; the solver's status is then appended to `why`)."""
     base = cooldown_blocks(rep)
     if not base:
         return Phase((), True)
@@ -137,6 +141,8 @@ def solve_cooldown(spec: Spec, rep: Repetend, *, objective: Objective = Objectiv
     problem, keys = _problem(spec, free, pinned, {}, _device_edges(spec, rep, rep.nr, False), initial)
     sol = solve(problem, objective, time_limit, solver=solver, effort=effort)
     if not sol.ok:
+        if why is not None:
+            why.append(sol.status)
         return None
     phase = _phase(sol, keys, len(free))
     return Phase(tuple(sorted(Slot(s.start, s.block, s.mb - shift) for s in phase.slots)), phase.proven)

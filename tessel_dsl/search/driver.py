@@ -20,7 +20,7 @@ from tessel_dsl.plan_check import check_microbatch_count
 from tessel_dsl.analysis import lower_bound, microbatch_memory
 from tessel_dsl.search.compact import compact
 from tessel_dsl.search.completion import solve_cooldown, solve_warmup
-from tessel_dsl.errors import InfeasibleError, TesselError
+from tessel_dsl.errors import InfeasibleError, ScheduleError, TesselError
 from tessel_dsl.search.extend import DIRECT_MAX_TASKS, Parts, below_span, extend
 from tessel_dsl.ir import Spec
 from tessel_dsl.plan import SearchInfo
@@ -31,7 +31,7 @@ from tessel_dsl.validate import validate
 from tessel_dsl.search.modulo import POLISH_EFFORT
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.membound import memory_period_bound
-from tessel_dsl.search.direct import direct
+from tessel_dsl.search.direct import DirectCut, direct, one_at_a_time
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.search.timescale import divide_schedule, divide_spec, divisible, scale_schedule, time_unit
 
@@ -131,7 +131,7 @@ def period_floor(spec: Spec) -> int:
 
 
 def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock, counters: Counters,
-                   report: Callable[[str], None], accept: Callable[[Repetend], bool]
+                   report: Callable[[str], None], accept: Callable[[Repetend], bool | None]
                    ) -> tuple[Repetend, bool, str, bool]:
     """Smallest feasible period with the cyclic model: (repetend, proven, note, needs_enumeration).
 
@@ -166,7 +166,11 @@ def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock
             lo = max(lo, period + 1)  # and, by monotonicity, every period below it
             return status
         if rep is not None:
-            if not accept(rep):
+            ok = accept(rep)
+            if ok is None:  # the budget could not tell whether it can be completed: left open
+                open_periods.add(period)
+                return "unknown"
+            if not ok:
                 return "rejected"
             best, hi, best_cuts = rep, period, cuts
             return "feasible"
@@ -225,15 +229,29 @@ def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock
     return best, proven, note, False
 
 
-def find_repetend(spec: Spec, *, solver: str, method: str, clock: _Clock, counters: Counters,
-                  report: Callable[[str], None]) -> tuple[Repetend, bool, str]:
-    """The best repetend (lazily checked for completion), whether that is proven, and a note."""
-    lower, max_nr = lower_bound(spec), nr_limit(spec)
+ACCEPT_EFFORT = 5.0  # deterministic budget of one satisfiability solve of a warmup or cooldown
 
-    def accept(rep: Repetend) -> bool:
-        # Satisfiability only (lazy search); unbounded, since a repetend can't be used unchecked.
-        return (solve_warmup(spec, rep, objective=Objective.FEASIBLE, solver=solver) is not None
-                and solve_cooldown(spec, rep, objective=Objective.FEASIBLE, solver=solver) is not None)
+
+def find_repetend(spec: Spec, *, solver: str, method: str, clock: _Clock, counters: Counters,
+                  report: Callable[[str], None], witnesses: dict | None = None) -> tuple[Repetend, bool, str]:
+    """The best repetend (lazily checked for completion), whether that is proven, and a note.
+    `witnesses` (if given) receives, per accepted repetend, the valid warmup and cooldown that
+    showed it can be completed."""
+    from tessel_dsl.search.periodic import completion_witness
+
+    lower, max_nr = lower_bound(spec), nr_limit(spec)
+    undecided: list[Repetend] = []
+
+    def accept(rep: Repetend) -> bool | None:
+        # Satisfiability only (lazy search): the periodic warmup and cooldown when they hold,
+        # else a solve with a deterministic budget; None when that budget could not tell.
+        verdict, ends = completion_witness(spec, rep, solver=solver, effort=ACCEPT_EFFORT, time_limit=clock.left())
+        if verdict == "unknown":
+            undecided.append(rep)
+            return None
+        if ends is not None and witnesses is not None:
+            witnesses[rep] = ends
+        return verdict == "yes"
 
     fallback = serial_repetend(spec, solver, counters)
     upper = fallback.period
@@ -249,7 +267,8 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: _Clock, counte
         upper = rep.period + 1 if rep is not fallback else upper
     rep, complete = enumerate_search(
         spec, lower=lower, upper=upper, max_nr=max_nr, solver=solver, deadline=clock.left,
-        counters=counters, accept=accept, on_progress=lambda: report("repetend (enumerate)"))
+        counters=counters, accept=lambda r: bool(accept(r)), on_progress=lambda: report("repetend (enumerate)"))
+    complete = complete and not undecided  # a candidate whose completion went unsettled was skipped
     if rep is None:
         if not complete:
             notes.append(f"time limit reached while trying period {counters.period * clock.unit}; using a one-micro-batch repetend")
@@ -416,29 +435,48 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
     if any(x > 0 for x in net):
         # Memory would grow with every repetend, so none can repeat: solve the N micro-batches directly.
         report("direct solve")
-        slots, proven = direct(spec, n, solver, clock.left())
-        sched = Schedule(n, slots, name="tessel")
-        validate(spec, sched)
         dev = max(range(spec.devices), key=lambda d: net[d])
         note = (f"a micro-batch leaves {net[dev]} memory unit(s) on device {dev}, so no repetend can "
                 f"repeat; all {n} micro-batches were solved directly")
+        try:
+            slots, proven = direct(spec, n, solver, clock.left())
+        except DirectCut:
+            slots, proven = one_at_a_time(spec, n), False
+            note = note.replace("were solved directly", "run one after another: the direct solve found no "
+                                "schedule within its budget")
+            try:
+                validate(spec, Schedule(n, slots, name="tessel"))
+            except ScheduleError as err:
+                raise TesselError(f"no schedule of {n} micro-batches was found within the solver budget "
+                                  f"(the direct solve found none; running them one after another fails: {err}); "
+                                  "give a --time-limit or fewer micro-batches") from None
+        sched = Schedule(n, slots, name="tessel")
+        validate(spec, sched)
         if not proven:
             note += "; a budget or time limit cut the direct solve: the makespan is not proven optimal"
         info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0, note,
                           period_proven=False, copies=1, makespan_bound=makespan_bound(spec, n))
         return SearchResult(sched, info)
 
+    witnesses: dict = {}
     rep, period_proven, note = find_repetend(spec, solver=solver, method=method, clock=clock,
-                                             counters=counters, report=report)
+                                             counters=counters, report=report, witnesses=witnesses)
     best[0] = rep.period
     counters.period, counters.nr = rep.period, rep.nr
     report("completion")
     warm = solve_warmup(spec, rep, solver=solver, time_limit=clock.left(), effort=COMPLETION_EFFORT)
     cool = solve_cooldown(spec, rep, solver=solver, time_limit=clock.left(), effort=COMPLETION_EFFORT)
-    if warm is None or cool is None:  # time ran out in the optimising solve: settle for any valid one
+    if warm is None or cool is None:
+        # The budget ran out before the optimising solve found anything: settle for the valid
+        # phases that showed the repetend can be completed (or look for them, also budgeted).
         counters.cuts += [what for what, got in (("the warmup", warm), ("the cooldown", cool)) if got is None]
-        warm = warm or solve_warmup(spec, rep, objective=Objective.FEASIBLE, solver=solver)
-        cool = cool or solve_cooldown(spec, rep, objective=Objective.FEASIBLE, solver=solver)
+        ends = witnesses.get(rep)
+        if ends is None:
+            from tessel_dsl.search.periodic import completion_witness
+
+            ends = completion_witness(spec, rep, solver=solver, effort=ACCEPT_EFFORT, time_limit=clock.left())[1]
+        if ends is not None:
+            warm, cool = warm or ends[0], cool or ends[1]
         warm, cool = (None if warm is None else replace(warm, proven=True),
                       None if cool is None else replace(cool, proven=True))  # already counted as cut
     if warm is None or cool is None:
@@ -457,27 +495,37 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
         report("refinement")
         sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts)
         notes += how
-    elif n * len(spec.blocks) > DIRECT_MAX_TASKS:
-        # Too many block instances for one time-optimal solve (it would not finish): the N_R
-        # schedule without the micro-batches from n on, then the baselines and end re-solve.
-        slots, _ = below_span(spec, parts, n, solver, clock.left())
-        sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
-        validate(spec, sched)
-        sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts)
-        truncated = True
-        notes.append(f"N={n} is below the repetend's N_R={rep.nr} and too large to solve directly: the "
-                     f"schedule for N_R micro-batches without the last {rep.nr - n} is used (not proven "
-                     "optimal; the repetend is kept for larger N)")
-        notes += how
     else:
-        slots, direct_proven = direct(spec, n, solver, clock.left())
-        if not direct_proven:
+        # One time-optimal solve of the n micro-batches with a deterministic budget, seeded with
+        # the best schedule known without it: the N_R schedule without the micro-batches from n
+        # on, or a shorter applicable baseline. Above DIRECT_MAX_TASKS block instances (such a
+        # solve does not settle) the seed is used as it is.
+        from tessel_dsl.search.extend import truncated as truncate
+        from tessel_dsl.search.refine import best_baseline
+
+        short = truncate(spec, parts, n)
+        seed_span = max(s.start + spec.block(s.block).time for s in short)
+        seed_what = f"the schedule for N_R micro-batches without the last {rep.nr - n}"
+        base = best_baseline(spec, n, than=seed_span)
+        if base is not None:
+            short, seed_span = base[0].slots, base[0].makespan(spec)
+            seed_what = f"{base[1].upper()} for N={n} (makespan {seed_span * clock.unit})"
+        slots, got = below_span(spec, parts, n, solver, clock.left(), seed=short)
+        too_large = n * len(spec.blocks) > DIRECT_MAX_TASKS
+        if got != "optimal" and not too_large:
             counters.cuts.append(f"the direct solve of N={n}")
         # Phases stay numbered for N = N_R so the plan can still be extended (see extend.parts_of).
         sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
         validate(spec, sched)
-        notes.append(f"N={n} is below the repetend's N_R={rep.nr}: solved the {n} "
-                     "micro-batch(es) directly (the repetend is kept for larger N)")
+        if got == "seed":
+            truncated = True
+            why = "too large to solve directly" if too_large else "its direct solve found nothing shorter within budget"
+            notes.append(f"N={n} is below the repetend's N_R={rep.nr} and {why}: {seed_what} is used "
+                         "(not proven optimal; the repetend is kept for larger N)")
+        else:
+            notes.append(f"N={n} is below the repetend's N_R={rep.nr}: solved the {n} "
+                         "micro-batch(es) directly" + ("" if got == "optimal" else f", starting from {seed_what}")
+                         + " (the repetend is kept for larger N)")
     if counters.cuts:
         notes.append("not proven: a budget or time limit cut " + ", ".join(counters.cuts)
                      + " (the best found is used)")

@@ -62,21 +62,34 @@ def device_orders(spec: Spec, parts: Parts, n: int) -> list[list[tuple[str, int]
 DIRECT_MAX_TASKS = 800  # beyond this many block instances, N < N_R is not solved in one model
 
 
-def below_span(spec: Spec, parts: Parts, n: int, solver: str, time_limit: float | None
-               ) -> tuple[tuple[Slot, ...], bool]:
-    """A schedule for ``n < N_R`` micro-batches and whether it is proven time-optimal.
-
-    Up to `DIRECT_MAX_TASKS` block instances, one time-optimal solve of all of them
-    (`direct.py`). Above that (a long repetend on many devices) such a solve does not finish, so
-    the schedule for N_R micro-batches is used with the micro-batches from `n` on left out,
-    compacted: removing whole micro-batches never adds memory or breaks a dependency.
-    """
-    if n * len(spec.blocks) <= DIRECT_MAX_TASKS:
-        from tessel_dsl.search.direct import direct
-
-        return direct(spec, n, solver, time_limit)
+def truncated(spec: Spec, parts: Parts, n: int) -> tuple[Slot, ...]:
+    """The schedule for N_R micro-batches with the micro-batches from `n` on left out, compacted:
+    removing whole micro-batches never adds memory or breaks a dependency."""
     rows = [[k for k in row if k[1] < n] for row in device_orders(spec, parts, parts.repetend.nr)]
-    return compact(spec, orders=rows), False
+    return compact(spec, orders=rows)
+
+
+def below_span(spec: Spec, parts: Parts, n: int, solver: str, time_limit: float | None,
+               seed: tuple[Slot, ...] | None = None) -> tuple[tuple[Slot, ...], str]:
+    """A schedule for ``n < N_R`` micro-batches and how it was found.
+
+    `seed` is a valid schedule of the `n` micro-batches to start from (default: the `truncated`
+    N_R schedule). Up to `DIRECT_MAX_TASKS` block instances, one time-optimal solve of all of
+    them (`direct.py`) warm-started from the seed, with a deterministic budget: ``"optimal"``
+    when it proves its answer, ``"cut"`` when the budget stopped it with a shorter schedule than
+    the seed. Otherwise ``"seed"``: the seed itself, compacted (above that size such a solve does
+    not settle: a long repetend on many devices; or the budget found nothing shorter).
+    """
+    from tessel_dsl.search.direct import direct
+
+    seed = truncated(spec, parts, n) if seed is None else compact(spec, seed)
+    if n * len(spec.blocks) > DIRECT_MAX_TASKS:
+        return seed, "seed"
+    slots, proven = direct(spec, n, solver, time_limit, hint=seed)
+    if proven:
+        return slots, "optimal"
+    span = max(s.start + spec.block(s.block).time for s in slots)
+    return slots, ("cut" if span < max(s.start + spec.block(s.block).time for s in seed) else "seed")
 
 
 def extend(spec: Spec, schedule_or_parts: Schedule | Parts, n: int, *, name: str = "tessel",
@@ -85,7 +98,8 @@ def extend(spec: Spec, schedule_or_parts: Schedule | Parts, n: int, *, name: str
 
     For ``n >= N_R`` no solver runs, so a saved plan is re-extended to any N cheaply. A repetend
     can't be used for fewer micro-batches than it spans, so ``n < N_R`` is solved directly
-    (time-optimally, all `n` micro-batches at once) when that is small (`below_span`).
+    (time-optimally, all `n` micro-batches at once, within a deterministic budget) when that is
+    small, else taken from the schedule for N_R (`below_span`).
     """
     from tessel_dsl.plan_check import check_microbatch_count
 
@@ -96,7 +110,7 @@ def extend(spec: Spec, schedule_or_parts: Schedule | Parts, n: int, *, name: str
     if n < 1:
         raise InfeasibleError(f"the number of micro-batches must be at least 1 (got {n})")
     if n < rep.nr:
-        slots, _proven = below_span(spec, parts, n, "auto", None)
+        slots, _how = below_span(spec, parts, n, "auto", None)
         out = Schedule(n, slots, name=name, warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
         if check:
             validate(spec, out)

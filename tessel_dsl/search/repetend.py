@@ -181,11 +181,16 @@ def make_repetend(spec: Spec, offsets: dict[str, int], starts: tuple[int, ...], 
     return Repetend(max(offsets.values()) + 1, period, slots)
 
 
+CANDIDATE_EFFORT = 2.0  # deterministic solver budget for scheduling one offset assignment
+
+
 def solve_candidate(spec: Spec, offsets: dict[str, int], period: int, solver: str,
                     time_limit: float | None, counters: Counters) -> Repetend | None:
-    """Schedule one offset assignment at `period`; None when it cannot (or could not in time)."""
+    """Schedule one offset assignment at `period`; None when it cannot (or could not within the
+    budget `CANDIDATE_EFFORT` or the time limit: `counters.timed_out` then counts it)."""
     counters.tried += 1
-    sol = solve(repetend_problem(spec, offsets, period), Objective.FEASIBLE, time_limit, solver=solver)
+    sol = solve(repetend_problem(spec, offsets, period), Objective.FEASIBLE, time_limit, solver=solver,
+                effort=CANDIDATE_EFFORT)
     if sol.status == "unknown":
         counters.timed_out += 1
     if not sol.ok:

@@ -109,7 +109,8 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
           mode: str = "bisect", effort: float | None = None) -> Solution:
     """Solve `problem` with Z3; `mode` is ``bisect`` (default) or ``optimize``.
 
-    `effort` bounds the improving checks with Z3's deterministic resource limit (``rlimit``).
+    `effort` bounds the first check and the improving ones with Z3's deterministic resource limit
+    (``rlimit``).
     """
     z3 = Fresh()
 
@@ -157,6 +158,8 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
     s.add(*cons)
     if deadline is not None:
         s.set("timeout", remaining_ms())
+    if effort is not None:  # the first solution is budgeted too: no solve runs unbounded
+        s.set("rlimit", int(effort * RLIMIT_PER_EFFORT))
     r = s.check()
     if r == z3.unsat:
         return Solution("infeasible")
