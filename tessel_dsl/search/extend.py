@@ -74,22 +74,29 @@ def below_span(spec: Spec, parts: Parts, n: int, solver: str, time_limit: float 
     """A schedule for ``n < N_R`` micro-batches and how it was found.
 
     `seed` is a valid schedule of the `n` micro-batches to start from (default: the `truncated`
-    N_R schedule). Up to `DIRECT_MAX_TASKS` block instances, one time-optimal solve of all of
-    them (`direct.py`) warm-started from the seed, with a deterministic budget: ``"optimal"``
-    when it proves its answer, ``"cut"`` when the budget stopped it with a shorter schedule than
-    the seed. Otherwise ``"seed"``: the seed itself, compacted (above that size such a solve does
+    N_R schedule). A seed that reaches the makespan bound (`bounds.makespan_bound`) is optimal
+    as it is. Otherwise, up to `DIRECT_MAX_TASKS` block instances, one time-optimal solve of all
+    of them (`direct.py`) warm-started from the seed, with a deterministic budget: ``"optimal"``
+    when it proves its answer (or reaches the bound), ``"cut"`` when the budget stopped it with a
+    shorter schedule than the seed. Otherwise ``"seed"``: the seed itself, compacted (above that size such a solve does
     not settle: a long repetend on many devices; or the budget found nothing shorter).
     """
+    from tessel_dsl.search.bounds import makespan_bound
     from tessel_dsl.search.direct import direct
 
+    def span(slots: tuple[Slot, ...]) -> int:
+        return max(s.start + spec.block(s.block).time for s in slots)
+
     seed = truncated(spec, parts, n) if seed is None else compact(spec, seed)
+    bound = makespan_bound(spec, n)  # no schedule of n micro-batches is shorter
+    if span(seed) <= bound:
+        return seed, "optimal"  # nothing to solve
     if n * len(spec.blocks) > DIRECT_MAX_TASKS:
         return seed, "seed"
     slots, proven = direct(spec, n, solver, time_limit, hint=seed)
-    if proven:
+    if proven or span(slots) <= bound:
         return slots, "optimal"
-    span = max(s.start + spec.block(s.block).time for s in slots)
-    return slots, ("cut" if span < max(s.start + spec.block(s.block).time for s in seed) else "seed")
+    return slots, ("cut" if span(slots) < span(seed) else "seed")
 
 
 def extend(spec: Spec, schedule_or_parts: Schedule | Parts, n: int, *, name: str = "tessel",
