@@ -129,7 +129,7 @@ def test_the_completion_check_needs_no_solver_when_the_periodic_ends_hold(monkey
     monkeypatch.setattr(driver, "solve_warmup", completion.solve_warmup)
     monkeypatch.setattr(driver, "solve_cooldown", completion.solve_cooldown)
     spec = parse_file(ROOT / "specs" / "kshape.tsl")
-    search(spec, microbatches=8)
+    search(spec, microbatches=8, method="modulo")  # the solver path (not the constructive one)
     # Only the two optimising completion solves ran; no satisfiability check did.
     assert len(calls) == 2 and all(c is None for c in calls)
 
@@ -142,7 +142,7 @@ def test_an_undecided_completion_check_leaves_the_period_open(monkeypatch):
     monkeypatch.setattr(periodic, "periodic_cooldown", lambda spec, rep: None)
     monkeypatch.setattr(driver, "ACCEPT_EFFORT", 0.0)
     spec = parse_file(ROOT / "specs" / "vshape.tsl")
-    result = search(spec, microbatches=8)
+    result = search(spec, microbatches=8, method="modulo")
     validate(spec, result.schedule)
     assert not result.info.proven and not result.info.period_proven
     assert "not settled" in result.info.note or "were settled" in result.info.note

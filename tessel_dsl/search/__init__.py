@@ -5,8 +5,9 @@ repetend    repetend construction by enumerating offsets (paper §4.1)
 modulo      repetend construction with one cyclic model per period
 construct   a repetend at the period bound without a solver (modulo list scheduling)
 completion  time-optimal warmup and cooldown for a repetend (paper §4.2)
+periodic    warmup and cooldown read off the periodic schedule (completion checks, no solver)
 extend      the repetend repeated to N micro-batches, then compacted
-direct      all N micro-batches in one solve (small N)
+direct      all N micro-batches in one solve (small N), with a budget that grows with its size
 compact     every block as early as its dependencies and devices allow, keeping the order
 refine      finishing for one N: better baseline orders, end re-solve
 optimal     the time-optimal schedule (TO) for comparison
