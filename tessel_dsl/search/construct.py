@@ -39,15 +39,24 @@ class _Packer:
     """Can the blocks still to place find steps modulo P on their devices, given what is taken?
 
     Exact: blocks on several devices are tried at every residue (most devices first), then each
-    device packs its own blocks into what is left, independently of the others (memoised).
+    device packs its own blocks into what is left, independently of the others (memoised). Every
+    residue tried counts towards `WORK_LIMIT`; past it every answer is no (the search then solves).
     """
 
     def __init__(self, spec: Spec, period: int):
         self.spec, self.period = spec, period
+        self.by_length: dict[int, list[int]] = {}
+        for b in spec.blocks:
+            if b.time not in self.by_length:
+                self.by_length[b.time] = list(dict.fromkeys(_mask(x, b.time, period) for x in range(period)))
         self.masks = {b.name: [_mask(x, b.time, period) for x in range(period)] for b in spec.blocks}
         self.memo: dict[tuple, bool] = {}
         self.single_memo: dict[tuple[int, tuple[int, ...]], bool] = {}
-        self.nodes = 0
+        self.work = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.work > WORK_LIMIT
 
     def fits(self, taken: tuple[int, ...], left: frozenset[str]) -> bool:
         key = (taken, left)
@@ -59,16 +68,16 @@ class _Packer:
         return self.memo[key]
 
     def _multi(self, taken: list[int], multi: list[str], single: list[str]) -> bool:
-        self.nodes += 1
-        if self.nodes > NODE_LIMIT:
-            return False
         if not multi:
             return all(self._pack(taken[d], tuple(sorted((self.spec.block(n).time for n in single
                                                           if self.spec.block(n).devices[0] == d), reverse=True)))
                        for d in range(self.spec.devices))
         name, rest = multi[0], multi[1:]
         devs = self.spec.block(name).devices
-        for m in self.masks[name]:
+        for m in self.by_length[self.spec.block(name).time]:
+            self.work += 1
+            if self.exhausted:
+                return False
             if all(not taken[d] & m for d in devs):
                 for d in devs:
                     taken[d] |= m
@@ -85,15 +94,19 @@ class _Packer:
             return True
         key = (taken, lengths)
         if key not in self.single_memo:
-            self.nodes += 1
-            first, rest = lengths[0], lengths[1:]
-            self.single_memo[key] = any(
-                not taken & m and self._pack(taken | m, rest)
-                for m in dict.fromkeys(_mask(x, first, self.period) for x in range(self.period)))
+            ok = False
+            for m in self.by_length[lengths[0]]:
+                self.work += 1
+                if self.exhausted:
+                    return False
+                if not taken & m and self._pack(taken | m, lengths[1:]):
+                    ok = True
+                    break
+            self.single_memo[key] = ok
         return self.single_memo[key]
 
 
-NODE_LIMIT = 20000  # placements the packer may try in all (a deterministic cap on its work)
+WORK_LIMIT = 200000  # residues the packer may try in all (a deterministic cap on its work)
 
 
 def flat_starts(spec: Spec, period: int) -> dict[str, int] | None:
@@ -121,6 +134,8 @@ def flat_starts(spec: Spec, period: int) -> dict[str, int] | None:
                 trial[d] |= m
             if packer.fits(tuple(trial), rest):
                 break
+            if packer.exhausted:
+                return None
         else:
             return None
         taken = trial
