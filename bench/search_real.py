@@ -15,7 +15,10 @@ the search (time.process_time, after the solver import).
 A row is a spec name in bench/specs/real/ (or bench/specs/), optionally with `:K=V,...` parameter
 overrides (as `tessel search --set`). The memory-bound rows give the M- and NN-shape less memory
 for activations than their models leave (`MEM=24`, GB) and add the 8-GPU M-shape of issue 14
-(bench/specs/m8_llama.tsl, 16 GB).
+(bench/specs/m8_llama.tsl, 16 GB), and the chain a user writes with less room on its end GPUs
+(bench/specs/real/memchain.tsl at D = 8 and 16). The last columns are the memory bound of the
+period per micro-batch (`search/membound.py`; the gap is to the larger of it and the lower bound)
+and the makespan bound (time and memory) with the makespan's gap to it.
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ from tessel_dsl.search.driver import search  # noqa: E402
 SPECS = ROOT / "bench" / "specs" / "real"
 ORDER = ["chain", "mshape", "nnshape", "kshape", "interleaved", "zerobubble"]
 DEFAULT = ([f"{shape}{d}" for d in (8, 16) for shape in ORDER]
-           + ["mshape8:MEM=24", "nnshape8:MEM=24", "m8_llama", "mshape16:MEM=24", "nnshape16:MEM=24"])
+           + ["mshape8:MEM=24", "nnshape8:MEM=24", "m8_llama", "mshape16:MEM=24", "nnshape16:MEM=24",
+              "memchain:D=8", "memchain:D=16"])
 
 
 def load(row: str):
@@ -106,8 +110,8 @@ def main() -> None:
         probe(*args.probe, effort=args.effort)
         return
     print("| spec | D | N | lower bound ms | Tessel period ms (per mb) | makespan ms | gap to bound | proven | "
-          "best baseline (makespan ms) | CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "best baseline (makespan ms) | CPU s | memory bound ms | makespan bound ms (gap) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.only:
         spec = load(name)
         t0 = time.process_time()
@@ -121,9 +125,12 @@ def main() -> None:
         worse = base is not None and span > base[1]
         period_txt = (f"{info.period}" if info.repetend_copies == 1
                       else f"{info.period} / {info.repetend_copies} = {per_mb:g}")
+        bound = max(info.lower_bound, info.memory_bound)
+        mgap = 100 * (span / info.makespan_bound - 1) if info.makespan_bound else 0.0
         print(f"| {name} | {spec.devices} | {n} | {info.lower_bound} | {period_txt} | {span}"
-              f"{' (worse than baseline!)' if worse else ''} | {100 * (per_mb / info.lower_bound - 1):.1f}% | "
-              f"{proven_text(info)} | {base_txt} | {cpu:.1f} |", flush=True)
+              f"{' (worse than baseline!)' if worse else ''} | {100 * (per_mb / bound - 1):.1f}% | "
+              f"{proven_text(info)} | {base_txt} | {cpu:.1f} | {info.memory_bound:g} | "
+              f"{info.makespan_bound} ({mgap:.1f}%) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -46,13 +46,20 @@ def test_one_microbatch_at_a_time_on_the_first_device():
 
 def test_two_in_flight_on_three_stages():
     # D=3, F 1, B 2, M=2. Device 0: holding >= 1+1+1+2+2+2 = 9, two at once: 4.5 per micro-batch,
-    # makespan >= ceil(N/2) * 9. Device 1: 6, head 1, tail 2: 1 + ceil(N/2) * 6 + 2.
-    # Time alone: (N + D - 1) * 3 (the 1F1B makespan). At N=6 memory wins: 27 against 24.
+    # makespan >= ceil(N/2) * 9. Time alone: (N + D - 1) * 3 (the 1F1B makespan).
+    # Paced: F0's m-th start (0-based) is at least L = 0, 1, 9, 10, 18, 19 (each start 1 after
+    # the one before, and 9 after the one two before). Device 2 gets nothing of a micro-batch
+    # before 2 after its F0 starts, then 3 of work each, then at least B1 + B0 = 4 after:
+    # N=6: L_4 + 2 + 2 * 3 + 4 = 30; N=5: L_4 + 2 + 1 * 3 + 4 = 27;
+    # N=4: L_2 + 2 + 2 * 3 + 4 = 21.
     spec = vshape(devices=3, memory=2, fwd=1, bwd=2)
     assert memory_period_bound(spec) == 4.5
-    assert memory_makespan_bound(spec, 6) == 27 and makespan_bound(spec, 6) == 27
-    assert memory_makespan_bound(spec, 5) == 27 and memory_makespan_bound(spec, 4) == 18
-    assert optimal(spec, 6, time_limit=None).schedule.makespan(spec) >= 27
+    assert [memory_makespan_bound(spec, n) for n in (4, 5, 6)] == [21, 27, 30]
+    assert makespan_bound(spec, 6) == 30  # time alone: 24
+    # the time-optimal solver (independent of these bounds) proves each of them the optimum
+    for n, want in ((4, 21), (5, 27), (6, 30)):
+        r = optimal(spec, n, time_limit=None)
+        assert r.info.proven and r.schedule.makespan(spec) == want
 
 
 def test_roomy_memory_adds_nothing():
@@ -184,4 +191,5 @@ def test_search_starts_at_the_floor_and_states_the_memory_bound(monkeypatch):
     # the floor is feasible: no period below it is tried for the one-copy repetend
     assert [p for blocks, p in asked if blocks == len(spec.blocks)] == [6]
     assert r.info.memory_bound == 4.5 and r.info.lower_bound == 3
-    assert r.info.makespan_bound == makespan_bound(spec, 8) == max(10 * 3, 4 * 9)
+    # paced (as above): L_6 = 27, then 2 + 2 * 3 + 4 on device 2
+    assert r.info.makespan_bound == makespan_bound(spec, 8) == 39

@@ -70,3 +70,20 @@ def test_n_below_nr_too_large_to_solve_uses_the_truncated_nr_schedule(monkeypatc
     again = extend_mod.extend(spec, sched, 3)
     validate(spec, again)
     assert {s.mb for s in again.slots} == {0, 1, 2}
+
+
+def test_memory_bound_chain_as_a_user_writes_it():
+    # bench/specs/real/memchain.tsl: F 13, 11 x 6, 15 ms, B twice that; device 0 keeps 3 GB per
+    # micro-batch in 20 GB, so 6 at once, each for at least the round trip 3 * (13 + 66 + 15) =
+    # 282 ms: 47 ms per micro-batch. A one-copy repetend has w_0 <= 5, so of the 8 stages two pairs
+    # of 11 ms stages share a warmup at best: 3 * (11 + 11) = 66 ms per period.
+    spec = parse_file(REAL / "memchain.tsl")
+    assert spec.devices == 8 and _busiest(spec) == 45
+    result = search(spec)
+    info, sched = result.info, result.schedule
+    validate(spec, sched)
+    assert info.memory_bound == 47 and info.lower_bound == 45
+    assert info.period == 66 and info.period_proven
+    assert sched.makespan(spec) >= info.makespan_bound
+    for name in ("1f1b-capped", "gpipe", "1f1b"):
+        assert sched.makespan(spec) <= build(spec, name).makespan(spec)
