@@ -489,7 +489,8 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
         counters.cuts.append("the cooldown")
     parts = Parts(warm.slots, rep, cool.slots)
     report("extension")
-    truncated = False  # N < N_R too large to solve: not proven optimal, whatever the budgets did
+    truncated = False  # N < N_R too large to solve: not proven optimal unless at the makespan bound
+    bound = makespan_bound(spec, n)
     if n >= rep.nr:
         sched = extend(spec, parts, n)
         report("refinement")
@@ -518,23 +519,30 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
         sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
         validate(spec, sched)
         if got == "seed":
-            truncated = True
+            truncated = sched.makespan(spec) > bound
             why = "too large to solve directly" if too_large else "its direct solve found nothing shorter within budget"
             notes.append(f"N={n} is below the repetend's N_R={rep.nr} and {why}: {seed_what} is used "
-                         "(not proven optimal; the repetend is kept for larger N)")
+                         f"({'not proven optimal' if truncated else 'at the makespan bound'}; the repetend is kept "
+                         "for larger N)")
         else:
             notes.append(f"N={n} is below the repetend's N_R={rep.nr}: solved the {n} "
                          "micro-batch(es) directly" + ("" if got == "optimal" else f", starting from {seed_what}")
                          + " (the repetend is kept for larger N)")
-    if counters.cuts:
+    # A schedule at the makespan bound is time-optimal for this N whatever a budget cut on the way:
+    # no solve could have shortened it, so the cuts do not make it unproven.
+    at_bound = sched.makespan(spec) <= bound
+    if counters.cuts and not at_bound:
         notes.append("not proven: a budget or time limit cut " + ", ".join(counters.cuts)
                      + " (the best found is used)")
-    proven = period_proven and not counters.cuts and not truncated
+    elif counters.cuts:
+        notes.append("the makespan equals its lower bound, so it is optimal for this N although a budget "
+                     "cut " + ", ".join(counters.cuts))
+    proven = period_proven and (at_bound or (not counters.cuts and not truncated))
     note = "; ".join(notes)
     if not proven and not note:
         note = "a solver call hit the time limit"
     info = SearchInfo(solver, method, proven, clock.elapsed(), lower, rep.period, rep.nr,
                       counters.tried, counters.pruned, note, period_proven=period_proven, copies=1,
-                      makespan_bound=makespan_bound(spec, n))
+                      makespan_bound=bound)
     report("done")
     return SearchResult(sched, info)
