@@ -67,14 +67,28 @@ def test_plan_states_the_bound_and_the_proven_period():
 
 
 def test_a_cut_budget_makes_the_plan_unproven(monkeypatch):
-    # The solver-based search (a method named), not the constructive schedule `auto` returns here.
-    spec = parse_file(ROOT / "specs/kshape.tsl")
+    # The solver-based search (a method named), not the constructive schedule `auto` returns. On
+    # zero-bubble N=8 the best makespan found (38) is above the makespan bound (35), so only the
+    # solves themselves can prove it.
+    spec = parse_file(ROOT / "specs/zerobubble.tsl")
     assert search(spec, microbatches=8, method="modulo").info.proven  # with the shipped budgets nothing is cut
     monkeypatch.setattr(driver, "COMPLETION_EFFORT", 1e-5)  # too little to prove the warmup optimal
     r = search(spec, microbatches=8, method="modulo")
+    assert r.schedule.makespan(spec) > makespan_bound(spec, 8)
     assert r.info.period_proven  # the period search itself was not cut
     assert not r.info.proven
     assert "not proven" in r.info.note and "the warmup" in r.info.note
+
+
+def test_a_cut_budget_does_not_unprove_a_schedule_at_the_makespan_bound(monkeypatch):
+    # The same cut on K-shape: the schedule still reaches the makespan bound (52), which no schedule
+    # of 8 micro-batches can beat, so it is optimal whatever the cut solve could have found.
+    spec = parse_file(ROOT / "specs/kshape.tsl")
+    monkeypatch.setattr(driver, "COMPLETION_EFFORT", 1e-5)
+    r = search(spec, microbatches=8, method="modulo")
+    assert r.schedule.makespan(spec) == makespan_bound(spec, 8) == 52
+    assert r.info.proven and "not proven" not in r.info.note
+    assert "lower bound" in r.info.note and "the warmup" in r.info.note
 
 
 def test_new_fields_round_trip_and_old_plans_load():
