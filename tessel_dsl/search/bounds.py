@@ -22,17 +22,24 @@ from __future__ import annotations
 from tessel_dsl.ir import Spec
 
 
+def chains(spec: Spec, weight: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(head, tail): for every block, the longest dependency chain before it and after it, blocks
+    weighted by `weight` (a block's own weight counts in neither)."""
+    head: dict[str, int] = {}
+    for name in spec.topo_order:
+        head[name] = max((head[p] + weight[p] for p in spec.preds[name]), default=0)
+    tail: dict[str, int] = {}
+    for name in reversed(spec.topo_order):
+        tail[name] = max((weight[s] + tail[s] for s in spec.succs[name]), default=0)
+    return head, tail
+
+
 def makespan_bound(spec: Spec, microbatches: int) -> int:
     """The largest of the per-device bounds, the critical path and the memory bound (module text)."""
     from tessel_dsl.search.membound import memory_makespan_bound
 
     time = {b.name: b.time for b in spec.blocks}
-    head: dict[str, int] = {}
-    for name in spec.topo_order:
-        head[name] = max((head[p] + time[p] for p in spec.preds[name]), default=0)
-    tail: dict[str, int] = {}
-    for name in reversed(spec.topo_order):
-        tail[name] = max((time[s] + tail[s] for s in spec.succs[name]), default=0)
+    head, tail = chains(spec, time)
     bound = max((head[n] + time[n] + tail[n] for n in time), default=0)
     for d in range(spec.devices):
         on = [b.name for b in spec.blocks_on(d)]
@@ -53,12 +60,7 @@ def idle_bound(spec: Spec, microbatches: int) -> int:
             continue
         # Only blocks `d` is not on count: during them `d` idles (the module text).
         weight = {b.name: 0 if d in b.devices else b.time for b in spec.blocks}
-        head: dict[str, int] = {}
-        for name in spec.topo_order:
-            head[name] = max((head[p] + weight[p] for p in spec.preds[name]), default=0)
-        tail: dict[str, int] = {}
-        for name in reversed(spec.topo_order):
-            tail[name] = max((weight[s] + tail[s] for s in spec.succs[name]), default=0)
+        head, tail = chains(spec, weight)
         work = sum(b.time for b in on)
         bound = max(bound, min(head[n] for n in local) + microbatches * work + min(tail[n] for n in local))
     return bound

@@ -72,6 +72,7 @@ from functools import lru_cache
 
 from tessel_dsl.analysis import reachable
 from tessel_dsl.ir import Spec
+from tessel_dsl.search.bounds import chains
 
 ENUMERATE_MAX = 14  # down-closed sets are enumerated on devices with at most this many blocks
 
@@ -104,12 +105,7 @@ def holdings(spec: Spec) -> list[Holding]:
         return []  # zero-time blocks may share a start on one device; the argument needs them apart
     time = {b.name: b.time for b in spec.blocks}
     reach = reachable(spec)
-    head: dict[str, int] = {}
-    for name in spec.topo_order:
-        head[name] = max((head[p] + time[p] for p in spec.preds[name]), default=0)
-    tail: dict[str, int] = {}
-    for name in reversed(spec.topo_order):
-        tail[name] = max((time[s] + tail[s] for s in spec.succs[name]), default=0)
+    head, tail = chains(spec, time)
     out = []
     for d in range(spec.devices):
         on = [b.name for b in spec.blocks_on(d)]
@@ -175,9 +171,7 @@ def paced_bound(spec: Spec, h: Holding, microbatches: int) -> int:
         got = [dist[p] + time[p] for p in spec.preds[name] if p in dist]
         if got and name != h.alloc:
             dist[name] = max(got)
-    tail: dict[str, int] = {}
-    for name in reversed(spec.topo_order):
-        tail[name] = max((time[x] + tail[x] for x in spec.succs[name]), default=0)
+    _, tail = chains(spec, time)
     best = 0
     for e in range(spec.devices):
         on = [b.name for b in spec.blocks_on(e)]
