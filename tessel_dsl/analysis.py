@@ -30,6 +30,18 @@ def reachable(spec: Spec) -> dict[str, frozenset[str]]:
     return out
 
 
+def chains(spec: Spec, weight: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(head, tail): for every block, the longest dependency chain before it and after it, blocks
+    weighted by `weight` (a block's own weight counts in neither)."""
+    head: dict[str, int] = {}
+    for name in spec.topo_order:
+        head[name] = max((head[p] + weight[p] for p in spec.preds[name]), default=0)
+    tail: dict[str, int] = {}
+    for name in reversed(spec.topo_order):
+        tail[name] = max((weight[s] + tail[s] for s in spec.succs[name]), default=0)
+    return head, tail
+
+
 def microbatch_memory(spec: Spec) -> tuple[int, ...]:
     """Peak memory one micro-batch needs on each device when run alone.
 

@@ -70,9 +70,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-from tessel_dsl.analysis import reachable
+from tessel_dsl.analysis import chains, reachable
 from tessel_dsl.ir import Spec
-from tessel_dsl.search.bounds import chains
 
 ENUMERATE_MAX = 14  # down-closed sets are enumerated on devices with at most this many blocks
 
