@@ -299,7 +299,7 @@ def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str =
 
 
 def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock,
-           cuts: list[str] | None = None) -> tuple[Schedule, list[str]]:
+           cuts: list[str] | None = None, proofs: list[str] | None = None) -> tuple[Schedule, list[str]]:
     """The best valid schedule for this N: the extension, or a shorter applicable baseline, with
     its ends re-solved (`refine.py`); the stored repetend, warmup and cooldown stay for re-extension."""
     from tessel_dsl.search.refine import best_baseline, refine_ends
@@ -313,7 +313,7 @@ def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock,
                      f"repetend ({span * clock.unit}): its block order is used for this N; the repetend is kept for other N")
         sched = replace(sched, slots=other.slots, repetend_start=None)
     before = sched.makespan(spec)
-    sched, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left(), cuts=cuts)
+    sched, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left(), cuts=cuts, proofs=proofs)
     if better:
         notes.append(f"re-solving the warmup and cooldown regions for N={n} shortened the makespan "
                      f"from {before * clock.unit} to {sched.makespan(spec) * clock.unit}")
@@ -490,11 +490,12 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
     parts = Parts(warm.slots, rep, cool.slots)
     report("extension")
     truncated = False  # N < N_R too large to solve: not proven optimal unless at the makespan bound
+    proofs: list[str] = []  # solves that proved the final schedule's makespan optimal (refine.py)
     bound = makespan_bound(spec, n)
     if n >= rep.nr:
         sched = extend(spec, parts, n)
         report("refinement")
-        sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts)
+        sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts, proofs=proofs)
         notes += how
     else:
         # One time-optimal solve of the n micro-batches with a deterministic budget, seeded with
@@ -530,13 +531,17 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
                          + " (the repetend is kept for larger N)")
     # A schedule at the makespan bound is time-optimal for this N whatever a budget cut on the way:
     # no solve could have shortened it, so the cuts do not make it unproven.
+    # So is one an exact solve of the whole schedule proved shortest (`proofs`).
     at_bound = sched.makespan(spec) <= bound
-    if counters.cuts and not at_bound:
+    if counters.cuts and not at_bound and not proofs:
         notes.append("not proven: a budget or time limit cut " + ", ".join(counters.cuts)
                      + " (the best found is used)")
-    elif counters.cuts:
+    elif counters.cuts and at_bound:
         notes.append("the makespan equals its lower bound, so it is optimal for this N although a budget "
                      "cut " + ", ".join(counters.cuts))
+    elif counters.cuts:
+        notes.append(f"{proofs[0]}, so it is optimal for this N although a budget cut " + ", ".join(counters.cuts))
+    at_bound = at_bound or bool(proofs)
     proven = period_proven and (at_bound or (not counters.cuts and not truncated))
     note = "; ".join(notes)
     if not proven and not note:

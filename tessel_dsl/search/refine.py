@@ -66,12 +66,16 @@ def _regions(spec: Spec, schedule: Schedule) -> tuple[int, int]:
 
 
 def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: float | None,
-                effort: float = REFINE_EFFORT, cuts: list[str] | None = None) -> tuple[Schedule, bool]:
+                effort: float = REFINE_EFFORT, cuts: list[str] | None = None,
+                proofs: list[str] | None = None) -> tuple[Schedule, bool]:
     """Re-solve the head and tail of `schedule`; returns (schedule, improved).
 
     `time_limit` caps the wall-clock time (None: only `effort` bounds it, so the answer is the
     same on every run). When the budget stops the solve before it proves its answer optimal, a
-    line is added to `cuts`.
+    line is added to `cuts`; when the whole schedule was free and the solve proved that nothing
+    is shorter than the schedule returned, a line is added to `proofs` (the model holds every
+    constraint of the spec, memory included, and the micro-batch order it adds loses no makespan:
+    `microbatch_order`).
     """
     if len(schedule.slots) > REFINE_MAX_TASKS:
         return schedule, False
@@ -102,7 +106,11 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
     if span <= makespan_lower_bound(problem):
         return schedule, False  # already as short as this problem allows: nothing to re-solve
     sol = solve(problem, Objective.MAKESPAN, time_limit, solver=solver, effort=effort)
+    whole = head >= span
     if sol.status == "infeasible":
+        if whole and proofs is not None:
+            proofs.append(f"the end re-solve of all {schedule.microbatches} micro-batches proved that no "
+                          f"schedule is shorter")
         return schedule, False  # proven: no schedule with these regions free is shorter
     if sol.status != "optimal" and cuts is not None:
         cuts.append(f"the end re-solve for N={schedule.microbatches}")
@@ -113,4 +121,6 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
     validate(spec, out)
     if out.makespan(spec) >= span:
         return schedule, False
+    if whole and sol.status == "optimal" and proofs is not None:
+        proofs.append(f"the end re-solve of all {schedule.microbatches} micro-batches proved its schedule shortest")
     return out, True
