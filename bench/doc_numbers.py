@@ -47,7 +47,8 @@ def search_row(spec_name: str, mode: str, devices: int, to_limit: float | None) 
     the larger N as `tessel simulate -n` does, and TO at N=8 and 16 when `to_limit` is given
     (cells left empty otherwise; `?` marks a TO not proven optimal within the limit)."""
     from tessel_dsl.lang.parser import parse_file
-    from tessel_dsl.search.driver import reextend, search
+    from tessel_dsl.search.driver import search
+    from tessel_dsl.search.finish import reextend
     from tessel_dsl.search.optimal import OptimalTimeout, optimal
 
     spec = parse_file(ROOT / "specs" / f"{spec_name}.tsl", sets={"D": str(devices)}, mode=mode)

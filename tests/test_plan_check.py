@@ -135,7 +135,8 @@ def test_a_searched_plan_whose_ends_were_re_solved_loads(tmp_path):
     re-extension orders by: such a plan is valid and must load (the zero-bubble spec's did not)."""
     from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.plan import plan_to_json
-    from tessel_dsl.search.driver import reextend, search
+    from tessel_dsl.search.driver import search
+    from tessel_dsl.search.finish import reextend
     from tessel_dsl.validate import validate
 
     from .test_cli_simulate import SPECS

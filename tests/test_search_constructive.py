@@ -12,8 +12,9 @@ from tessel_dsl.analysis import lower_bound
 from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.construct import bound_reaching_schedule, modulo_list_repetend
-from tessel_dsl.search.driver import reextend, search
+from tessel_dsl.search.driver import search
 from tessel_dsl.search.extend import Parts, extend
+from tessel_dsl.search.finish import reextend
 from tessel_dsl.validate import validate
 
 ROOT = Path(__file__).resolve().parent.parent

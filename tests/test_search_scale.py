@@ -9,6 +9,7 @@ import pytest
 from tessel_dsl.search.baselines import build
 from tessel_dsl.search.modulo import cut_block, solve_period
 from tessel_dsl.lang.parser import parse_file
+from tessel_dsl.search.finish import reextend
 from tessel_dsl.search.refine import best_baseline, refine_ends
 from tessel_dsl.search.repetend import repetend_problem
 from tessel_dsl.search.solvers import Objective, solve
@@ -66,7 +67,7 @@ def test_time_limit_never_returns_worse_than_the_baselines():
     plus = build(spec, "1f1b+", 16)
     assert result.schedule.makespan(spec) <= plus.makespan(spec)
     assert result.schedule.repetend is not None  # still re-extendable
-    bigger = search_mod.reextend(spec, result.schedule, 24)
+    bigger = reextend(spec, result.schedule, 24)
     validate(spec, bigger)
 
 
@@ -123,6 +124,6 @@ def test_reextend_keeps_vshape_at_the_1f1b_optimum():
     spec = vshape(devices=4, memory=4, fwd=1, bwd=3, microbatches=4)
     result = search_mod.search(spec)
     for n in (4, 5, 9, 20):
-        sched = search_mod.reextend(spec, result.schedule, n)
+        sched = reextend(spec, result.schedule, n)
         assert sched.makespan(spec) == (n + 3) * 4
         validate(spec, sched)

@@ -34,15 +34,9 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
                                      param_hint="--set/--mode")
         plan = load_plan(path)
         if microbatches is not None and microbatches != plan.schedule.microbatches:
-            from tessel_dsl.search import driver as search_mod
+            from tessel_dsl.search.finish import reextend
 
-            reextend = getattr(search_mod, "reextend", None)
-            if reextend is not None:  # also handles N below the repetend's N_R
-                schedule = reextend(plan.spec, plan.schedule, microbatches)
-            else:
-                from tessel_dsl.search.extend import extend
-
-                schedule = extend(plan.spec, plan.schedule, microbatches, name=plan.schedule.name)
+            schedule = reextend(plan.spec, plan.schedule, microbatches)  # also handles N below N_R
             keep = plan.programs[0].blocking if plan.programs else False
             plan = make_plan(plan.spec, schedule, plan.search, blocking=keep if blocking is None else blocking)
         return plan

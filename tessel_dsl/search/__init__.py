@@ -1,6 +1,10 @@
 """The Tessel search and the schedules it is compared with.
 
 driver      the search end to end (paper Algorithm 1): bounds, repetend, completion, extension
+finish      finishing for one N (baseline orders, end re-solve); re-extending a plan to another N
+kcopy       the search over repetends holding every block k times (unrolled with `copies`)
+copies      unrolling a spec k times, folding its schedule back
+clock       the user's wall-clock limit and the time unit notes speak in
 repetend    repetend construction by enumerating offsets (paper §4.1)
 modulo      repetend construction with one cyclic model per period
 construct   a repetend at the period bound without a solver (modulo list scheduling)
@@ -21,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 _LAZY = {"search": "driver", "SearchResult": "driver", "Progress": "driver", "METHODS": "driver",
-         "reextend": "driver"}
+         "reextend": "finish"}
 
 
 def __getattr__(name: str) -> Any:

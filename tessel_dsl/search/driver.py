@@ -7,33 +7,37 @@
    (`modulo.py`). While looking, warmup and cooldown are only checked for satisfiability.
 3. Completion: time-optimal warmup and cooldown, once, for the chosen repetend (`completion.py`).
 4. Extension to N micro-batches and compaction (`extend.py`); N below ``N_R`` is solved directly.
+   Finishing for that N: a shorter baseline order, the ends re-solved (`finish.py`).
+5. When the period is above its lower bound, the same search for repetends holding every block
+   k times (`kcopy.py`).
 
 Every schedule returned has passed `validate.validate`.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from tessel_dsl.plan_check import check_microbatch_count
 from tessel_dsl.analysis import lower_bound, microbatch_memory
-from tessel_dsl.search.compact import compact
-from tessel_dsl.search.completion import solve_cooldown, solve_warmup
 from tessel_dsl.errors import InfeasibleError, ScheduleError, TesselError
-from tessel_dsl.search.extend import DIRECT_MAX_TASKS, Parts, below_span, extend
 from tessel_dsl.ir import Spec
 from tessel_dsl.plan import SearchInfo
-from tessel_dsl.search.repetend import Counters, enumerate_search, make_repetend, nr_limit, repetend_problem, serial_repetend
-from tessel_dsl.schedule import Repetend, Schedule, Slot
-from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, resolve, solve
-from tessel_dsl.validate import validate
-from tessel_dsl.search.modulo import POLISH_EFFORT
+from tessel_dsl.plan_check import check_microbatch_count
+from tessel_dsl.schedule import Repetend, Schedule
 from tessel_dsl.search.bounds import makespan_bound
-from tessel_dsl.search.membound import memory_period_bound
+from tessel_dsl.search.clock import Clock
+from tessel_dsl.search.completion import solve_cooldown, solve_warmup
 from tessel_dsl.search.direct import DirectCut, direct, one_at_a_time
+from tessel_dsl.search.extend import DIRECT_MAX_TASKS, Parts, below_span, extend
+from tessel_dsl.search.finish import finish
+from tessel_dsl.search.kcopy import with_copies
+from tessel_dsl.search.membound import memory_period_bound, one_copy_chain_bound
+from tessel_dsl.search.modulo import POLISH_EFFORT
+from tessel_dsl.search.repetend import Counters, enumerate_search, make_repetend, nr_limit, repetend_problem, serial_repetend
+from tessel_dsl.search.solvers import Objective, resolve, solve
+from tessel_dsl.search.timescale import divide_spec, scale_schedule, time_unit
 from tessel_dsl.units import capacity_in, memory_in
-from tessel_dsl.search.timescale import divide_schedule, divide_spec, divisible, scale_schedule, time_unit
+from tessel_dsl.validate import validate
 
 METHODS = ("enumerate", "modulo")
 DEFAULT_METHOD = "modulo"  # measured faster (docs/search.md)
@@ -59,25 +63,6 @@ class SearchResult:
 
     schedule: Schedule
     info: SearchInfo
-
-
-class _Clock:
-    """The user's wall-clock limit (if any), and the time unit messages multiply by: the search
-    runs on the spec with times divided by their common divisor (`timescale.py`), while notes
-    speak in the spec's own units."""
-
-    def __init__(self, time_limit: float | None, unit: int = 1):
-        self.t0 = time.monotonic()
-        self.limit = time_limit
-        self.unit = unit
-
-    def left(self) -> float | None:
-        if self.limit is None:
-            return None
-        return self.limit - (time.monotonic() - self.t0)
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
 
 
 def _check_inputs(spec: Spec, n: int, method: str) -> None:
@@ -124,13 +109,11 @@ def period_floor(spec: Spec) -> int:
     """No repetend holding each block once has a shorter period: the busiest device's work, the
     memory bound (a micro-batch's holding time over how many a device holds) and, on a chain, the
     warmups memory allows (`membound.py`)."""
-    from tessel_dsl.search.membound import memory_period_bound, one_copy_chain_bound
-
     mem = memory_period_bound(spec)
     return max(lower_bound(spec), -(-mem.numerator // mem.denominator), one_copy_chain_bound(spec))
 
 
-def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock, counters: Counters,
+def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: Clock, counters: Counters,
                    report: Callable[[str], None], accept: Callable[[Repetend], bool | None]
                    ) -> tuple[Repetend, bool, str, bool]:
     """Smallest feasible period with the cyclic model: (repetend, proven, note, needs_enumeration).
@@ -232,7 +215,7 @@ def _modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: _Clock
 ACCEPT_EFFORT = 5.0  # deterministic budget of one satisfiability solve of a warmup or cooldown
 
 
-def find_repetend(spec: Spec, *, solver: str, method: str, clock: _Clock, counters: Counters,
+def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counters: Counters,
                   report: Callable[[str], None], witnesses: dict | None = None) -> tuple[Repetend, bool, str]:
     """The best repetend (lazily checked for completion), whether that is proven, and a note.
     `witnesses` (if given) receives, per accepted repetend, the valid warmup and cooldown that
@@ -280,90 +263,6 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: _Clock, counte
 COMPLETION_EFFORT = 2.0  # deterministic solver budget of each optimising warmup / cooldown solve
 
 
-def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str = "auto",
-             time_limit: float | None = None) -> Schedule:
-    """A searched schedule for another N without searching again: extension (or, below N_R, a
-    direct solve), then the same finishing steps as `search` (baselines, end re-solve)."""
-    if microbatches == schedule.microbatches:
-        return schedule
-    solver = resolve(solver)
-    sched = extend(spec, schedule, microbatches, name=schedule.name)
-    if schedule.repetend is None or microbatches < schedule.repetend.nr:
-        return sched
-    unit = time_unit(spec)
-    if not divisible(sched, unit):
-        unit = 1
-    out = finish(divide_spec(spec, unit), divide_schedule(sched, unit), solver=solver,
-                 clock=_Clock(time_limit, unit))[0]
-    return scale_schedule(out, unit)
-
-
-def finish(spec: Spec, sched: Schedule, *, solver: str, clock: _Clock,
-           cuts: list[str] | None = None, proofs: list[str] | None = None) -> tuple[Schedule, list[str]]:
-    """The best valid schedule for this N: the extension, or a shorter applicable baseline, with
-    its ends re-solved (`refine.py`); the stored repetend, warmup and cooldown stay for re-extension."""
-    from tessel_dsl.search.refine import best_baseline, refine_ends
-
-    notes = []
-    n, span = sched.microbatches, sched.makespan(spec)
-    base = best_baseline(spec, n, than=span)
-    if base is not None:
-        other, name = base
-        notes.append(f"{name.upper()} for N={n} (makespan {other.makespan(spec) * clock.unit}) beats the extended "
-                     f"repetend ({span * clock.unit}): its block order is used for this N; the repetend is kept for other N")
-        sched = replace(sched, slots=other.slots, repetend_start=None)
-    before = sched.makespan(spec)
-    sched, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left(), cuts=cuts, proofs=proofs)
-    if better:
-        notes.append(f"re-solving the warmup and cooldown regions for N={n} shortened the makespan "
-                     f"from {before * clock.unit} to {sched.makespan(spec) * clock.unit}")
-    return sched, notes
-
-
-MAX_COPIES = 2           # repetends holding each block up to this many times are tried ...
-COPIES_MAX_BLOCKS = 24   # ... while the unrolled spec has at most this many blocks (effort grows fast)
-
-
-def _with_copies(spec: Spec, n: int, result: SearchResult, *, solver: str, method: str, clock: _Clock,
-                 progress: Callable[[Progress], None] | None) -> SearchResult:
-    """Try repetends holding each block k = 2 .. MAX_COPIES times (`copies.py`) when the one-copy
-    period is above the lower bound (at the bound no k can do better per micro-batch); keep the
-    schedule with the shortest makespan for this N (ties keep the one-copy schedule, which the
-    plan can re-extend to other N)."""
-    from tessel_dsl.search.copies import fold, unroll
-
-    info = result.info
-    if info.method == "direct" or method != "modulo" or info.period <= info.lower_bound:
-        return result
-    best, span = result, result.schedule.makespan(spec)
-    proven_all, tried, per_mb = info.period_proven, 1, float(info.period)
-    for k in range(2, MAX_COPIES + 1):
-        left = clock.left()
-        if len(spec.blocks) * k > COPIES_MAX_BLOCKS or (left is not None and left <= 0):
-            break
-        r = _search(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock, progress=progress)
-        if r.info.method == "direct":
-            break
-        tried, proven_all = k, proven_all and r.info.period_proven
-        sched = fold(spec, r.schedule, k, n)
-        validate(spec, sched)
-        if sched.makespan(spec) < span and r.info.period / k < per_mb:
-            u = clock.unit
-            note = (f"a repetend holding each block {k} times (period {r.info.period * u} for {k} micro-batches, "
-                    f"{r.info.period * u / k:g} each) beats the one-copy repetend (period {info.period * u}): "
-                    f"makespan {sched.makespan(spec) * u} against {span * u}; such a plan does not re-extend "
-                    "to another N (search again)")
-            best = SearchResult(sched, replace(r.info, lower_bound=info.lower_bound, nr=r.info.nr * k,
-                                               repetend_copies=k,
-                                               note="; ".join(x for x in (note, r.info.note) if x)))
-            span, per_mb = sched.makespan(spec), r.info.period / k
-    out = best.info
-    period_proven = proven_all
-    return SearchResult(best.schedule, replace(
-        out, copies=tried, period_proven=period_proven, proven=period_proven and out.proven,
-        makespan_bound=makespan_bound(spec, n)))
-
-
 def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto", method: str = "auto",
            time_limit: float | None = None, progress: Callable[[Progress], None] | None = None) -> SearchResult:
     """Search a Tessel schedule for `spec` and extend it to `microbatches` (default: the spec's N).
@@ -376,14 +275,15 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     _check_inputs(spec, n, method)
     solver = resolve(solver)
     unit = time_unit(spec)
-    base, clock = divide_spec(spec, unit), _Clock(time_limit, unit)
+    base, clock = divide_spec(spec, unit), Clock(time_limit, unit)
     # A method named by the caller always runs; `auto` first tries a schedule built without a
     # solver, and returns it when it reaches both lower bounds (nothing left to prove).
     result = _constructive(base, n, clock, progress) if method == "auto" else None
     method = DEFAULT_METHOD if method == "auto" else method
     if result is None:
         result = _search(base, n, solver=solver, method=method, clock=clock, progress=progress)
-    result = _with_copies(base, n, result, solver=solver, method=method, clock=clock, progress=progress)
+    result = with_copies(base, n, result, search_one=_search, solver=solver, method=method, clock=clock,
+                         progress=progress)
     info = result.info
     info = replace(info, lower_bound=info.lower_bound * unit, period=info.period * unit,
                    makespan_bound=info.makespan_bound * unit,
@@ -394,7 +294,7 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     return SearchResult(sched, info)
 
 
-def _constructive(spec: Spec, n: int, clock: _Clock,
+def _constructive(spec: Spec, n: int, clock: Clock,
                   progress: Callable[[Progress], None] | None) -> SearchResult | None:
     """The modulo-list schedule (`construct.py`) when it reaches the period lower bound and the
     makespan bound: both are then optimal and proven, and no solver is loaded."""
@@ -416,7 +316,7 @@ def _constructive(spec: Spec, n: int, clock: _Clock,
     return SearchResult(sched, info)
 
 
-def _search(spec: Spec, n: int, *, solver: str, method: str, clock: _Clock,
+def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
             progress: Callable[[Progress], None] | None) -> SearchResult:
     """`search` on a spec whose times have no common divisor left (times in that spec's units)."""
     counters = Counters()

@@ -1,0 +1,24 @@
+"""The search's clock, shared by the driver and the steps it calls: the user's wall-clock limit
+(if any) and the time unit that notes multiply by."""
+from __future__ import annotations
+
+import time
+
+
+class Clock:
+    """The user's wall-clock limit (if any), and the time unit messages multiply by: the search
+    runs on the spec with times divided by their common divisor (`timescale.py`), while notes
+    speak in the spec's own units."""
+
+    def __init__(self, time_limit: float | None, unit: int = 1):
+        self.t0 = time.monotonic()
+        self.limit = time_limit
+        self.unit = unit
+
+    def left(self) -> float | None:
+        if self.limit is None:
+            return None
+        return self.limit - (time.monotonic() - self.t0)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0

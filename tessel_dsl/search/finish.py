@@ -1,0 +1,56 @@
+"""Finishing a schedule for one N, and re-extending a searched plan to another N.
+
+After the repetend is extended to N micro-batches, `finish` keeps the extension or a shorter
+applicable baseline, then re-solves the warmup and cooldown regions (`refine.py`). `reextend`
+applies the same steps to a plan's stored repetend for a different N, without searching again.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tessel_dsl.ir import Spec
+from tessel_dsl.schedule import Schedule
+from tessel_dsl.search.clock import Clock
+from tessel_dsl.search.extend import extend
+from tessel_dsl.search.solvers import resolve
+from tessel_dsl.search.timescale import divide_schedule, divide_spec, divisible, scale_schedule, time_unit
+
+
+def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str = "auto",
+             time_limit: float | None = None) -> Schedule:
+    """A searched schedule for another N without searching again: extension (or, below N_R, a
+    direct solve), then the same finishing steps as `search` (baselines, end re-solve)."""
+    if microbatches == schedule.microbatches:
+        return schedule
+    solver = resolve(solver)
+    sched = extend(spec, schedule, microbatches, name=schedule.name)
+    if schedule.repetend is None or microbatches < schedule.repetend.nr:
+        return sched
+    unit = time_unit(spec)
+    if not divisible(sched, unit):
+        unit = 1
+    out = finish(divide_spec(spec, unit), divide_schedule(sched, unit), solver=solver,
+                 clock=Clock(time_limit, unit))[0]
+    return scale_schedule(out, unit)
+
+
+def finish(spec: Spec, sched: Schedule, *, solver: str, clock: Clock,
+           cuts: list[str] | None = None, proofs: list[str] | None = None) -> tuple[Schedule, list[str]]:
+    """The best valid schedule for this N: the extension, or a shorter applicable baseline, with
+    its ends re-solved (`refine.py`); the stored repetend, warmup and cooldown stay for re-extension."""
+    from tessel_dsl.search.refine import best_baseline, refine_ends
+
+    notes = []
+    n, span = sched.microbatches, sched.makespan(spec)
+    base = best_baseline(spec, n, than=span)
+    if base is not None:
+        other, name = base
+        notes.append(f"{name.upper()} for N={n} (makespan {other.makespan(spec) * clock.unit}) beats the extended "
+                     f"repetend ({span * clock.unit}): its block order is used for this N; the repetend is kept for other N")
+        sched = replace(sched, slots=other.slots, repetend_start=None)
+    before = sched.makespan(spec)
+    sched, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left(), cuts=cuts, proofs=proofs)
+    if better:
+        notes.append(f"re-solving the warmup and cooldown regions for N={n} shortened the makespan "
+                     f"from {before * clock.unit} to {sched.makespan(spec) * clock.unit}")
+    return sched, notes
