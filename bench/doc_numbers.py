@@ -63,7 +63,7 @@ def search_row(spec_name: str, mode: str, devices: int, to_limit: float | None) 
             cells.append("")
             continue
         try:
-            to = optimal(spec, n, time_limit=to_limit, hint=schedules[n])
+            to = optimal(spec, n, time_limit=to_limit, effort=None, hint=schedules[n])
         except OptimalTimeout:
             cells.append("none in time")
             continue

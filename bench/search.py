@@ -85,7 +85,7 @@ def bench_one(path: Path, mode: str, d: int, args) -> dict:
     if not args.no_to:
         for n in TO_SIZES:
             try:
-                to = optimal(spec, n, solver=args.solver, time_limit=args.to_limit, hint=schedules[n])
+                to = optimal(spec, n, solver=args.solver, time_limit=args.to_limit, effort=None, hint=schedules[n])
             except OptimalTimeout:
                 row[f"TO{n}"] = None
                 continue

@@ -86,7 +86,7 @@ def test_too_short_a_time_limit_is_reported_not_hidden():
     try:
         r = optimal(spec, time_limit=0.05)
     except OptimalTimeout as e:
-        assert "within 0.05 s" in str(e)
+        assert "within the time limit (0.05 s)" in str(e)
     else:
         assert not r.info.proven and "not proven" in r.info.note
         validate(spec, r.schedule)

@@ -10,6 +10,7 @@ import typer
 
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
 from tessel_dsl.search.baselines import RECORDS
+from tessel_dsl.search.optimal import TO_EFFORT
 
 _SCHEDULE_NAMES = ", ".join(("tessel", *(b.name for b in RECORDS)))
 _BASELINE_HELP = "\n\n".join(f"{b.name}: {b.help}." for b in RECORDS)
@@ -65,6 +66,7 @@ def render_rows(title: str, rows, units=None) -> list:
         table.add_column(col, justify=just, no_wrap=True)
     why = []
     unproven = False
+    to_cut = ""  # why TO is not proven optimal, when a budget or limit cut it
     for r in rows:
         if r.status != "ok":
             shown = "n/a" if r.status == "n/a" else r.status
@@ -83,7 +85,10 @@ def render_rows(title: str, rows, units=None) -> list:
         name = escape(r.schedule)
         if r.schedule in ("to", "tessel") and r.proven is False:
             name += "[yellow]*[/]"
-            unproven = True
+            if r.schedule == "to":
+                to_cut = r.extra.get("note", "") or "not proven optimal: a budget or time limit cut the solve"
+            else:
+                unproven = True
         gap = "-" if r.gap_to_optimal is None else f"{r.gap_to_optimal:+.1%}"
         seconds = "" if r.seconds is None else f"{r.seconds:.1f}s"
         table.add_row(name, str(r.microbatches), _time(units, r.makespan), _pct(r.bubble), period,
@@ -91,6 +96,9 @@ def render_rows(title: str, rows, units=None) -> list:
     if unproven:
         why.append(Text.from_markup("  [yellow]*[/] not proven: a time limit or solver budget cut part of the solve "
                                     "(best found shown; `tessel search` says what)"))
+    if to_cut:
+        why.append(Text.from_markup(f"  [yellow]to*[/] {escape(to_cut)}; `vs TO` compares with this schedule, "
+                                    "so the gaps to the true optimum may be larger"))
     from tessel_dsl.search.baselines.compare import versus_best
 
     tessel, best, ratio = versus_best(rows)
@@ -176,7 +184,12 @@ def compare(
     mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (default: the spec's)."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of tables."),
     to: bool = typer.Option(False, "--to", help="Also solve the time-optimal schedule (TO; small N only)."),
-    to_limit: float = typer.Option(60.0, "--to-limit", min=0.1, help="Time limit of the TO solve, seconds."),
+    to_effort: float = typer.Option(TO_EFFORT, "--to-effort", min=0.001,
+                                    help="Deterministic solver budget of the TO solve (CP-SAT deterministic time, "
+                                         "about seconds of one core): the same TO on every run."),
+    to_limit: Optional[float] = typer.Option(None, "--to-limit", min=0.1,
+                                             help="Also a wall-clock limit on the TO solve, seconds (the result "
+                                                  "then depends on the machine and its load)."),
     schedule: Optional[list[str]] = typer.Option(None, "--schedule", "-s",
                                                  help=f"Only these: {_SCHEDULE_NAMES} (repeatable)."),
     solver: str = typer.Option("auto", "--solver", help="auto, cpsat or z3 (Tessel search and TO)."),
@@ -219,7 +232,7 @@ def compare(
         spec, given = _load(path, overrides, mode)
         names = tuple(s for s in chosen if not (given and s == "tessel"))
         with err_console.status(f"comparing schedules on {spec.name}..."):
-            rows = run_compare(spec, microbatches, schedules=names, to=to, to_time_limit=to_limit,
+            rows = run_compare(spec, microbatches, schedules=names, to=to, to_time_limit=to_limit, to_effort=to_effort,
                                solver=solver, time_limit=time_limit, given=given)
         results.append((path, spec, rows))
         if as_json:

@@ -12,6 +12,10 @@ Two facts keep the model small without losing optimal solutions:
   dependency and each device's memory sum is unchanged) -- hence ``(b, n)`` before ``(b, n+1)``;
 * any valid schedule already known (a baseline, or Tessel's) bounds the horizon and warm-starts
   the solver.
+
+The solve has a deterministic budget (`TO_EFFORT`: CP-SAT's deterministic time, Z3's resource
+limit), so the same spec and N give the same TO on every run and under any load; a wall-clock
+limit applies only when the caller passes one.
 """
 from __future__ import annotations
 
@@ -27,25 +31,32 @@ from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
 
 
+TO_EFFORT = 60.0  # deterministic solver budget of one TO solve (about seconds of one core)
+
+
 class OptimalTimeout(TesselError):
-    """The time limit ran out before the solver found any schedule."""
+    """The budget or time limit ran out before the solver found any schedule."""
 
 
 @dataclass(frozen=True)
 class OptimalResult:
-    """The TO schedule and how it was found (`info.proven` is False when the limit cut it short)."""
+    """The TO schedule and how it was found (`info.proven` is False when the budget or limit cut
+    it short; `info.note` says which)."""
 
     schedule: Schedule
     info: SearchInfo
 
 
 def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto",
-            time_limit: float | None = 60.0, hint: Schedule | None = None, workers: int | None = None) -> OptimalResult:
+            time_limit: float | None = None, effort: float | None = TO_EFFORT, hint: Schedule | None = None,
+            workers: int | None = None) -> OptimalResult:
     """Minimise the makespan of `microbatches` micro-batches (default: the spec's N) under M.
 
+    `effort` is the solve's deterministic budget (None: unbounded); `time_limit` (seconds, None:
+    none) adds a wall-clock limit, which makes the answer depend on the machine's speed and load.
     `hint`, if given, must be a valid schedule of the same spec and N; its makespan caps the
     horizon and its start times seed the solver. Raises InfeasibleError when no schedule fits M
-    and OptimalTimeout when the limit passes with no schedule found.
+    and OptimalTimeout when the budget or limit passes with no schedule found.
     """
     from tessel_dsl.search.solvers import Precedence, Problem, Task, microbatch_order, resolve, solve
 
@@ -80,17 +91,22 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
     problem = Problem(tasks, tuple(prec), spec.devices, spec.capacities, horizon=horizon, hints=hints)
     options = {"workers": workers} if workers and name == "cpsat" else {}
     t0 = time.perf_counter()
-    sol = solve(problem, "makespan", time_limit, solver=name, **options)
+    sol = solve(problem, "makespan", time_limit, solver=name, effort=effort, **options)
     seconds = time.perf_counter() - t0
     if sol.status == "infeasible":
         raise InfeasibleError(f"no schedule of {n} micro-batches fits memory {capacity_in(spec)}")
-    note = "optimum proven" if sol.proven else f"time limit {time_limit:g} s reached: best found, not proven optimal"
+    # Which one stopped an unfinished solve: the wall clock only if it was given and has passed.
+    if time_limit is not None and seconds >= time_limit:
+        cut = f"the time limit ({time_limit:g} s)"
+    else:
+        cut = f"the solver budget (effort {effort:g})" if effort is not None else "the solver"
+    note = "optimum proven" if sol.proven else f"{cut} ran out: best found, not proven optimal"
     starts = sol.starts
     if not sol.ok:
         if hints is None:
-            raise OptimalTimeout(f"TO found no schedule of {n} micro-batches within {time_limit:g} s ({name})")
+            raise OptimalTimeout(f"TO found no schedule of {n} micro-batches within {cut} ({name})")
         starts = hints  # the solver did not even get back to the known schedule: report that one
-        note = f"time limit {time_limit:g} s reached before the solver returned a schedule: the hint is the best known"
+        note = f"{cut} ran out before the solver returned a schedule: the hint is the best known, not proven optimal"
     slots = tuple(sorted(Slot(t, b, mb) for (b, mb), t in zip(keys, starts)))
     schedule = Schedule(microbatches=n, slots=slots, name="to")
     validate(spec, schedule)

@@ -21,6 +21,7 @@ from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.search.baselines import BASELINES, IGNORES_MEMORY, NotApplicable, build
+from tessel_dsl.search.optimal import TO_EFFORT
 
 STEADY_N = 64  # a multiple of every Chimera unit up to D=16, long enough to leave warmup behind
 SCHEDULES = ("tessel", *BASELINES)
@@ -126,26 +127,29 @@ def schedule_row(spec: Spec, schedule: Schedule, label: str | None = None) -> Ro
 
 
 def to_row(spec: Spec, n: int, *, hint: Schedule | None = None, solver: str = "auto",
-           time_limit: float | None = 60.0, workers: int | None = None) -> Row:
-    """The time-optimal schedule's row (no steady state: TO is a finite schedule)."""
+           time_limit: float | None = None, effort: float | None = TO_EFFORT, workers: int | None = None) -> Row:
+    """The time-optimal schedule's row (no steady state: TO is a finite schedule), solved with the
+    deterministic budget `effort` and, only if given, a wall-clock `time_limit`; `extra["note"]`
+    says whether it is proven optimal or what cut it."""
     from tessel_dsl.search.optimal import OptimalTimeout, optimal
 
     try:
-        result = optimal(spec, n, solver=solver, time_limit=time_limit, hint=hint, workers=workers)
+        result = optimal(spec, n, solver=solver, time_limit=time_limit, effort=effort, hint=hint, workers=workers)
     except OptimalTimeout as e:
         return _failed(spec, "to", "timeout", str(e), n)
     except TesselError as e:
         return _failed(spec, "to", "error", str(e).splitlines()[0], n)
     return _row(spec, result.schedule, None, proven=result.info.proven, seconds=result.info.seconds,
-                extra={"solver": result.info.solver})
+                extra={"solver": result.info.solver, "note": result.info.note})
 
 
 def compare(spec: Spec, microbatches: int | None = None, *, schedules: tuple[str, ...] = SCHEDULES,
-            to: bool = False, to_time_limit: float | None = 60.0, solver: str = "auto",
+            to: bool = False, to_time_limit: float | None = None, to_effort: float | None = TO_EFFORT,
+            solver: str = "auto",
             time_limit: float | None = None, steady_n: int = STEADY_N, progress=None,
             given: tuple[tuple[str, Schedule], ...] = ()) -> list[Row]:
     """Rows for `given` (label, schedule) pairs, `schedules` (Tessel and/or baselines) and, with
-    `to`, the time-optimal one.
+    `to`, the time-optimal one (budget `to_effort`; a wall-clock limit only if `to_time_limit`).
 
     When TO ran, each other row gets `gap_to_optimal` = makespan / TO makespan - 1.
     """
@@ -164,7 +168,7 @@ def compare(spec: Spec, microbatches: int | None = None, *, schedules: tuple[str
             found.append(sched)
     if to:
         hint = min(found, key=lambda s: s.makespan(spec), default=None)
-        best = to_row(spec, n, hint=hint, solver=solver, time_limit=to_time_limit)
+        best = to_row(spec, n, hint=hint, solver=solver, time_limit=to_time_limit, effort=to_effort)
         rows.append(best)
         if best.status == "ok" and best.makespan:
             rows = [r if r.makespan is None or r is best else
