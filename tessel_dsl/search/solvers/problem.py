@@ -49,6 +49,10 @@ class Task:
     fixed: int | None = None
     # Added to the start when measuring the SPREAD objective (a repetend block's unrolled time).
     skew: int = 0
+    # Tasks of one group (e.g. one micro-batch) whose memory changes on a device follow each other
+    # in dependency order: a backend may model what the group holds as intervals between them.
+    # Only a hint: the backend checks the order, and None (each task alone) is always right.
+    group: Hashable | None = None
 
 
 @dataclass(frozen=True)
