@@ -12,6 +12,12 @@ did not finish.
     python bench/search_sweep.py                            # everything (about an hour on 2 cores)
     python bench/search_sweep.py --only zerobubble:D=8,C=2 real/chain8 --sizes 16
     python bench/search_sweep.py --timeout 60 --jsonl sweep.jsonl
+    python bench/search_sweep.py --jobs 14                  # specs side by side on a many-core machine
+
+With ``--jobs K`` K specs run side by side (each spec's N one after the other, since N_R - 1
+comes from its first run); each command's CPU seconds are its own (`os.wait4`), so they do not
+depend on K as long as K stays below the number of cores. At the end the runs are printed again
+as one line per spec (N = 4, 8, 16, N_R - 1), the layout of bench/RESULTS.md.
 
 Every row is appended to `--jsonl` as it finishes, so a long sweep can be followed (and a partial
 one kept).
@@ -19,10 +25,10 @@ one kept).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -57,22 +63,23 @@ def run(name: str, n: int, timeout: float) -> dict:
                "-o", str(Path(tmp) / "plan.json")]
         for kv in filter(None, sets.split(",")):
             cmd += ["--set", kv]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        try:
-            proc = subprocess.run(["timeout", str(timeout)] + cmd, capture_output=True, text=True, cwd=tmp,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
-        finally:
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        with out_path.open("w") as out_f, err_path.open("w") as err_f:
+            proc = subprocess.Popen(["timeout", str(timeout)] + cmd, stdout=out_f, stderr=err_f, cwd=tmp,
+                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
+            _, status, usage = os.wait4(proc.pid, 0)  # its own CPU (and its children's), not the sweep's
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stdout, stderr = out_path.read_text(), err_path.read_text()
+    cpu = usage.ru_utime + usage.ru_stime
     shown = " ".join(f"--set {kv}" for kv in filter(None, sets.split(",")))
     row = {"spec": name, "n": n, "cpu": round(cpu, 2), "rc": proc.returncode,
            "command": f"tessel search {rel} {shown} -n {n} --json".replace("  ", " ")}
     if proc.returncode == 0:
-        out = json.loads(proc.stdout)
+        out = json.loads(stdout)
         row.update({k: out.get(k) for k in ("nr", "period", "lower_bound", "makespan", "makespan_bound",
                                              "proven", "copies", "note")})
     else:
-        row["error"] = "timeout" if proc.returncode == 124 else (proc.stderr.strip().splitlines() or ["?"])[-1]
+        row["error"] = "timeout" if proc.returncode == 124 else (stderr.strip().splitlines() or ["?"])[-1]
     return row
 
 
@@ -83,6 +90,20 @@ def cell(row: dict) -> list[str]:
             f"{row['makespan']} / {row['makespan_bound']}", "yes" if row["proven"] else "no"]
 
 
+def pivot(name: str, rows: list[dict], sizes: list[int]) -> str:
+    """One spec's runs as one table line: CPU s, makespan/bound, proven per N (RESULTS.md layout)."""
+    def short(r: dict) -> str:
+        if r["rc"] != 0:
+            return f"{r['cpu']:.1f} s, **{r['error'][:40]}**"
+        return f"{r['cpu']:.1f} s, {r['makespan']}/{r['makespan_bound']}, {'yes' if r['proven'] else 'no'}"
+    by_n = {r["n"]: r for r in rows}
+    nr = next((r["nr"] for r in rows if r.get("nr")), None)
+    cells = [short(by_n[n]) if n in by_n else "-" for n in sizes]
+    last = "-" if nr is None or nr - 1 < 1 else (f"(N={nr - 1})" if nr - 1 in sizes else short(by_n[nr - 1]))
+    return f"| {name.removeprefix('bench/specs/').removeprefix('specs/').replace('.tsl', '')} | {nr or '-'} | " \
+           + " | ".join(cells) + f" | {last} |"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", help="rows to run (spec path or name, optionally :K=V,...)")
@@ -90,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-nr", action="store_true", help="skip the N = N_R - 1 run")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--jsonl", type=Path, help="append every row to this file as it finishes")
+    ap.add_argument("--jobs", type=int, default=1, help="specs run side by side (default 1)")
     args = ap.parse_args(argv)
     names = variants()
     if args.only:
@@ -100,16 +122,14 @@ def main(argv: list[str] | None = None) -> int:
                 sys.exit(f"no spec matches {want!r}")
             return hits[0].split(":")[0] + (f":{sets}" if sets else "")
         names = [pick(w) for w in args.only]
-    rows = []
     head = ["spec", "N", "CPU s", "N_R", "makespan / bound", "proven"]
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
-    for name in names:
-        nr = None
-        sizes = list(args.sizes)
-        k = 0
+
+    def one_spec(name: str) -> list[dict]:
+        out, sizes, nr, k = [], list(args.sizes), None, 0
         while k < len(sizes):
             row = run(name, sizes[k], args.timeout)
-            rows.append(row)
+            out.append(row)
             if args.jsonl:
                 with args.jsonl.open("a") as f:
                     f.write(json.dumps(row) + "\n")
@@ -119,6 +139,15 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.no_nr and nr - 1 >= 1 and nr - 1 not in sizes:
                     sizes.append(nr - 1)
             k += 1
+        return out
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        per_spec = list(pool.map(one_spec, names))
+    rows = [r for spec_rows in per_spec for r in spec_rows]
+    print("\n| spec | N_R | " + " | ".join(f"N={n}" for n in args.sizes) + " | N=N_R-1 |")
+    print("|---|---|" + "---|" * (len(args.sizes) + 1))
+    for name, spec_rows in zip(names, per_spec):
+        print(pivot(name, spec_rows, args.sizes))
     hung = [r for r in rows if r["rc"] == 124]
     print(f"\n{len(rows)} runs, {len(hung)} timed out (> {args.timeout:g} s), "
           f"slowest {max((r['cpu'] for r in rows), default=0):.1f} s CPU", flush=True)
