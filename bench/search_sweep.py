@@ -66,7 +66,8 @@ def run(name: str, n: int, timeout: float) -> dict:
         out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
         with out_path.open("w") as out_f, err_path.open("w") as err_f:
             proc = subprocess.Popen(["timeout", str(timeout)] + cmd, stdout=out_f, stderr=err_f, cwd=tmp,
-                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                    env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
             _, status, usage = os.wait4(proc.pid, 0)  # its own CPU (and its children's), not the sweep's
         proc.returncode = os.waitstatus_to_exitcode(status)
         stdout, stderr = out_path.read_text(), err_path.read_text()
