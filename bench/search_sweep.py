@@ -100,7 +100,10 @@ def pivot(name: str, rows: list[dict], sizes: list[int]) -> str:
     by_n = {r["n"]: r for r in rows}
     nr = next((r["nr"] for r in rows if r.get("nr")), None)
     cells = [short(by_n[n]) if n in by_n else "-" for n in sizes]
-    last = "-" if nr is None or nr - 1 < 1 else (f"(N={nr - 1})" if nr - 1 in sizes else short(by_n[nr - 1]))
+    if nr is None or nr - 1 < 1:
+        last = "-"
+    else:
+        last = f"(N={nr - 1})" if nr - 1 in sizes else (short(by_n[nr - 1]) if nr - 1 in by_n else "-")
     return f"| {name.removeprefix('bench/specs/').removeprefix('specs/').replace('.tsl', '')} | {nr or '-'} | " \
            + " | ".join(cells) + f" | {last} |"
 
