@@ -379,6 +379,35 @@ def test_1f1b_runs_a_tensor_parallel_pair_as_one_stage():
     assert _device_order(pair, s, 0) == _device_order(pair, s, 1)
 
 
+def _tp_with_shared(n: int) -> Spec:
+    """Megatron's layout in small: stages are the tensor-parallel pairs (0, 1) and (2, 3); a
+    vocabulary-parallel embedding E and head H run on all four devices."""
+    everyone = (0, 1, 2, 3)
+    blocks = [Block("E", F, everyone, 1, 0), Block("F0", F, (0, 1), 2, 1), Block("F1", F, (2, 3), 2, 1),
+              Block("H", F, everyone, 1, 0), Block("HB", B, everyone, 2, 0), Block("B1", B, (2, 3), 4, -1),
+              Block("B0", B, (0, 1), 4, -1), Block("EB", B, everyone, 2, 0)]
+    return _spec("tp_shared", 4, 8, blocks, _seq(["E", "F0", "F1", "H", "HB", "B1", "B0", "EB"]), n)
+
+
+def test_1f1b_plus_runs_tensor_parallel_stages_with_blocks_shared_by_all():
+    # Worked by hand (N=2). Stage (0,1) warms up one forward: E:0 F0:0 E:1 F0:1, then B0:0 EB:0
+    # B0:1 EB:1 (EB pinned after the last stage's backward it needs, B0). Stage (2,3) alternates:
+    # F1:0 H:0 HB:0 B1:0 F1:1 H:1 HB:1 B1:1 (H after F1, HB before B1). Earliest starts:
+    # E:0 0-1, F0:0 1-3, E:1 3-4, F0:1 and F1:0 4-6, H:0 6-7, HB:0 7-9, B1:0 9-13, B0:0 and
+    # F1:1 13-17 / 13-15, H:1 17-18, EB:0 18-20, HB:1 20-22, B1:1 22-26, B0:1 26-30, EB:1 30-32.
+    spec = _tp_with_shared(2)
+    with pytest.raises(NotApplicable, match="block E runs on devices 0,1,2,3"):
+        build(spec, "1f1b")
+    s = build(spec, "1f1b+")
+    start = {(x.block, x.mb): x.start for x in s.slots}
+    assert start == {("E", 0): 0, ("F0", 0): 1, ("E", 1): 3, ("F0", 1): 4, ("F1", 0): 4, ("H", 0): 6,
+                     ("HB", 0): 7, ("B1", 0): 9, ("B0", 0): 13, ("F1", 1): 13, ("H", 1): 17, ("EB", 0): 18,
+                     ("HB", 1): 20, ("B1", 1): 22, ("B0", 1): 26, ("EB", 1): 30}
+    assert s.makespan(spec) == 32
+    for n in range(1, 9):  # and valid (dependencies, one block at a time, memory 8) for other N
+        validate(spec, build(_tp_with_shared(n), "1f1b+"))
+
+
 def test_1f1b_refuses_a_device_in_two_stages():
     spec = _chain([((0,), [1]), ((1,), [1]), ((0,), [1])], n=2, m=3)
     with pytest.raises(NotApplicable, match="device 0 holds two stages"):

@@ -123,8 +123,9 @@ def _runs(spec: Spec, names: list[str]) -> list[tuple[tuple[int, ...], list[str]
     return runs
 
 
-def find_stages(spec: Spec, *, who: str = "1F1B") -> tuple[GroupStage, ...]:
-    """The spec as a chain of stages (each device in exactly one), or NotApplicable saying why.
+def find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None = None) -> tuple[GroupStage, ...]:
+    """The spec (or only the blocks in `names`) as a chain of stages (each device in exactly
+    one), or NotApplicable saying why.
 
     Forward blocks, in dependency order, are cut into runs on one device set; each run is a
     stage, each stage's first block depends on the previous stage's last one, and no device
@@ -133,7 +134,7 @@ def find_stages(spec: Spec, *, who: str = "1F1B") -> tuple[GroupStage, ...]:
     """
     need = (f"{who} needs a chain of stages (consecutive blocks on one device or one tensor-parallel "
             "group, each device in one stage, run in sequence)")
-    order = list(spec.topo_order)
+    order = [n for n in spec.topo_order if names is None or n in names]
     fwd = _runs(spec, [n for n in order if not spec.block(n).kind.is_backward])
     bwd = _runs(spec, [n for n in order if spec.block(n).kind.is_backward])
     if not fwd:
@@ -143,7 +144,11 @@ def find_stages(spec: Spec, *, who: str = "1F1B") -> tuple[GroupStage, ...]:
     for devs, names in fwd:
         for d in devs:
             if d in owner:
-                multi = next((n for n in names + [owner[d]] if spec.block(n).is_multi_device), None)
+                # Name the block that spans stages (the one on the most devices), not a
+                # tensor-parallel stage block that merely shares a device with it.
+                spanning = sorted((n for n in names + [owner[d]] if spec.block(n).is_multi_device),
+                                  key=lambda n: -len(spec.block(n).devices))
+                multi = spanning[0] if spanning else None
                 if multi is not None:
                     shown = ",".join(map(str, sorted(spec.block(multi).devices)))
                     raise NotApplicable(f"{need}; block {multi} runs on devices {shown} (1f1b+ handles such "
@@ -162,6 +167,16 @@ def find_stages(spec: Spec, *, who: str = "1F1B") -> tuple[GroupStage, ...]:
         raise NotApplicable(f"{need}; the backward blocks do not retrace the forward ones in reverse")
     return tuple(GroupStage(devs, tuple(names), tuple(bnames))
                  for (devs, names), (_, bnames) in zip(fwd, reversed(bwd)))
+
+
+def find_shared_stages(spec: Spec, *, who: str = "1F1B+") -> tuple[tuple[GroupStage, ...], tuple[str, ...]]:
+    """(stages, shared blocks): the chain of stages left when the *shared* blocks are set aside,
+    those whose devices strictly include another block's (an embedding or head split over every
+    device of a chain of tensor-parallel stages); shared blocks in dependency order."""
+    sets = {b.name: frozenset(b.devices) for b in spec.blocks}
+    shared = tuple(n for n in spec.topo_order if any(other < sets[n] for other in sets.values()))
+    rest = frozenset(n for n in spec.topo_order if n not in shared)
+    return find_stages(spec, who=who, names=rest), shared
 
 
 def find_rounds(spec: Spec, *, who: str = "interleaved 1F1B") -> tuple[tuple[GroupStage, ...], int]:

@@ -10,7 +10,8 @@ compacts them into start times and validates the result. Definitions:
   consecutive blocks on one device or on one tensor-parallel group.
 * 1F1B+: 1F1B on the single-device stages, with each multi-device block pinned next to its
   neighbour in the chain (a forward-side one right before the first stage that needs it, a
-  backward-side one right after the last stage it needs), as the Tessel paper's §6 describes.
+  backward-side one right after the last stage it needs), as the Tessel paper's §6 describes;
+  the same on tensor-parallel stages, with the blocks that span several stages pinned.
 * Chimera (direct concatenation): two chains running in opposite directions share the devices; a
   basic unit of D micro-batches (D/2 spec micro-batches, each holding one micro-batch per
   direction) is scheduled greedily with backwards first; units are concatenated per device.
@@ -20,7 +21,8 @@ from __future__ import annotations
 from tessel_dsl.analysis import reachable, resident_memory
 from tessel_dsl.errors import InfeasibleError, ScheduleError
 from tessel_dsl.ir import Spec
-from tessel_dsl.search.baselines.chain import Chain, NotApplicable, Stage, components, find_chain, find_rounds, find_stages
+from tessel_dsl.search.baselines.chain import (Chain, GroupStage, NotApplicable, Stage, components, find_chain,
+                                              find_rounds, find_shared_stages, find_stages)
 from tessel_dsl.search.baselines.listsched import Key, play_greedy, play_queues
 from tessel_dsl.units import capacity_in, memory_in
 
@@ -120,32 +122,40 @@ def one_f_one_b_orders(spec: Spec, n: int) -> list[list[Key]]:
     tensor-parallel group (every device of the group runs the stage's queue)."""
     stages = find_stages(spec, who="1F1B")
     orders: list[list[Key]] = [[] for _ in range(spec.devices)]
-    count = len(stages)
-    ahead = n  # the warmup of the stages so far: a later stage never runs further ahead
-    for s, st in enumerate(stages):
-        if not st.backward:
-            queue = [("F", mb) for mb in range(n)]
-        else:
-            cap = min(_inflight_cap(spec, d, "1F1B") for d in st.devices)
-            ahead = min(ahead, cap - 1)
-            warm = min(count - 1 - s, n, ahead)
-            queue = [("F", mb) for mb in range(warm)]
-            for i in range(n - warm):
-                queue += [("F", warm + i), ("B", i)]
-            queue += [("B", mb) for mb in range(n - warm, n)]
+    for st, queue in zip(stages, _stage_phases(spec, stages, n, "1F1B")):
         row = [(name, mb) for phase, mb in queue for name in (st.forward if phase == "F" else st.backward)]
         for d in st.devices:
             orders[d] = list(row)
     return orders
 
 
-def _anchor(spec: Spec, chain: Chain, name: str, reach: dict[str, frozenset[str]]) -> tuple[str, str]:
-    """(chain block, 'before' | 'after') that a multi-device block is pinned to."""
+def _stage_phases(spec: Spec, stages: tuple[GroupStage, ...], n: int, who: str) -> list[list[tuple[str, int]]]:
+    """Each stage's 1F1B queue as ("F" | "B", micro-batch): warmup forwards, one forward one
+    backward, cooldown backwards; a warmup no deeper than the memory of this stage and every
+    stage before it holds (a stage never runs further ahead than the ones feeding it)."""
+    out = []
+    ahead = n
+    for s, st in enumerate(stages):
+        if not st.backward:
+            out.append([("F", mb) for mb in range(n)])
+            continue
+        cap = min(_inflight_cap(spec, d, who) for d in st.devices)
+        ahead = min(ahead, cap - 1)
+        warm = min(len(stages) - 1 - s, n, ahead)
+        queue = [("F", mb) for mb in range(warm)]
+        for i in range(n - warm):
+            queue += [("F", warm + i), ("B", i)]
+        queue += [("B", mb) for mb in range(n - warm, n)]
+        out.append(queue)
+    return out
+
+
+def _anchor(spec: Spec, forwards: list[str], backwards: list[str], name: str,
+            reach: dict[str, frozenset[str]]) -> tuple[str, str]:
+    """(chain block, 'before' | 'after') that a multi-device block is pinned to; `forwards` and
+    `backwards` are the chain's blocks in the order they run for one micro-batch."""
     b = spec.block(name)
-    if not b.kind.is_backward:
-        seq = [st.forward for st in chain.stages]
-    else:
-        seq = [st.backward for st in reversed(chain.stages) if st.backward]
+    seq = backwards if b.kind.is_backward else forwards
     needs_it = [x for x in seq if x in reach[name]]
     if not b.kind.is_backward and needs_it:
         return needs_it[0], "before"
@@ -157,20 +167,53 @@ def _anchor(spec: Spec, chain: Chain, name: str, reach: dict[str, frozenset[str]
     raise NotApplicable(f"1F1B+ cannot place block {name}: it is not connected to the pipeline chain")
 
 
-def one_f_one_b_plus_orders(spec: Spec, n: int) -> list[list[Key]]:
-    chain = find_chain(spec, who="1F1B+", allow_shared=True)
+def _pins(spec: Spec, shared: tuple[str, ...], forwards: list[str], backwards: list[str]
+          ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(before, after): the shared blocks pinned right before / after each chain block."""
     reach = reachable(spec)
     before: dict[str, list[str]] = {}
     after: dict[str, list[str]] = {}
-    for name in chain.shared:  # chain.shared is in dependency order, so pinned blocks keep it
-        at, side = _anchor(spec, chain, name, reach)
+    for name in shared:  # shared is in dependency order, so pinned blocks keep it
+        at, side = _anchor(spec, forwards, backwards, name, reach)
         (before if side == "before" else after).setdefault(at, []).append(name)
+    return before, after
+
+
+def one_f_one_b_plus_orders(spec: Spec, n: int) -> list[list[Key]]:
+    """1F1B+ on a chain of single-device stages or, failing that, of tensor-parallel stages."""
+    try:
+        chain = find_chain(spec, who="1F1B+", allow_shared=True)
+    except NotApplicable:
+        return _group_plus_orders(spec, n)
+    before, after = _pins(spec, chain.shared, [st.forward for st in chain.stages],
+                          [st.backward for st in reversed(chain.stages) if st.backward])
     queues: list[list[Key]] = [[] for _ in range(spec.devices)]
     for s, st in enumerate(chain.stages):
         q: list[Key] = []
         for blk, mb in stage_queue(spec, chain, s, n, "1F1B+"):
             q += [(x, mb) for x in before.get(blk, [])] + [(blk, mb)] + [(x, mb) for x in after.get(blk, [])]
         queues[st.device] = q
+    return play_queues(spec, queues)
+
+
+def _group_plus_orders(spec: Spec, n: int) -> list[list[Key]]:
+    """1F1B+ where a stage is a tensor-parallel group (or several blocks on one device) and the
+    shared blocks span several stages (`chain.find_shared_stages`): the Megatron layout of
+    tensor-parallel stages with a vocabulary-parallel embedding and head over every device.
+
+    Each stage's 1F1B queue (`_stage_phases`, as plain 1F1B) goes to the first device of its
+    group; `play_queues` runs a multi-device block once all its devices are free, so the group's
+    other devices follow it. Shared blocks are pinned as in 1F1B+ on single devices."""
+    stages, shared = find_shared_stages(spec, who="1F1B+")
+    before, after = _pins(spec, shared, [x for st in stages for x in st.forward],
+                          [x for st in reversed(stages) for x in st.backward])
+    queues: list[list[Key]] = [[] for _ in range(spec.devices)]
+    for st, phases in zip(stages, _stage_phases(spec, stages, n, "1F1B+")):
+        q: list[Key] = []
+        for phase, mb in phases:
+            for blk in (st.forward if phase == "F" else st.backward):
+                q += [(x, mb) for x in before.get(blk, [])] + [(blk, mb)] + [(x, mb) for x in after.get(blk, [])]
+        queues[min(st.devices)] = q
     return play_queues(spec, queues)
 
 
