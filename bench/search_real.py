@@ -40,7 +40,7 @@ SPECS = ROOT / "bench" / "specs" / "real"
 ORDER = ["chain", "mshape", "nnshape", "kshape", "interleaved", "zerobubble"]
 DEFAULT = ([f"{shape}{d}" for d in (8, 16) for shape in ORDER]
            + ["mshape8:MEM=24", "nnshape8:MEM=24", "m8_llama", "mshape16:MEM=24", "nnshape16:MEM=24",
-              "memchain:D=8", "memchain:D=16"])
+              "memchain:D=8", "memchain:D=16", "tpmshape16", "tpmshape16:MEM=16"])
 
 
 def load(row: str):
