@@ -216,6 +216,14 @@ def modulo_list_repetend(spec: Spec, period: int) -> tuple[Repetend, tuple[Slot,
     sigma = flat_starts(spec, period)
     if sigma is None:
         return None
+    return flat_repetend(spec, sigma, period)
+
+
+def flat_repetend(spec: Spec, sigma: dict[str, int], period: int
+                  ) -> tuple[Repetend, tuple[Slot, ...], tuple[Slot, ...]] | None:
+    """(repetend, warmup, cooldown numbered for N = N_R) cut from a flat periodic schedule:
+    block ``i`` of micro-batch ``m`` at ``sigma[i] + m * period``, which must respect every
+    dependency and never overlap itself modulo `period` on a device (see the module text)."""
     best = None
     for windows in _window_choices(spec, sigma, period):
         offsets = _offsets(spec, sigma, windows, period)

@@ -317,8 +317,11 @@ def _constructive(spec: Spec, n: int, clock: Clock,
 
 
 def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
-            progress: Callable[[Progress], None] | None) -> SearchResult:
-    """`search` on a spec whose times have no common divisor left (times in that spec's units)."""
+            progress: Callable[[Progress], None] | None,
+            find: Callable[..., tuple[Repetend, bool, str]] | None = None) -> SearchResult:
+    """`search` on a spec whose times have no common divisor left (times in that spec's units).
+    `find` (optional) replaces `find_repetend`: called with the spec and the same keywords, it
+    returns (repetend, period proven, note); completion, extension and finishing are as usual."""
     counters = Counters()
     lower = lower_bound(spec)
     best: list[int | None] = [None]
@@ -359,8 +362,8 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
         return SearchResult(sched, info)
 
     witnesses: dict = {}
-    rep, period_proven, note = find_repetend(spec, solver=solver, method=method, clock=clock,
-                                             counters=counters, report=report, witnesses=witnesses)
+    rep, period_proven, note = (find or find_repetend)(spec, solver=solver, method=method, clock=clock,
+                                                       counters=counters, report=report, witnesses=witnesses)
     best[0] = rep.period
     counters.period, counters.nr = rep.period, rep.nr
     report("completion")

@@ -8,6 +8,7 @@ module needs nothing from the driver that calls it.
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 from typing import TYPE_CHECKING, Callable
 
 from tessel_dsl.ir import Spec
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 MAX_COPIES = 2           # repetends holding each block up to this many times are tried ...
 COPIES_MAX_BLOCKS = 24   # ... while the unrolled spec has at most this many blocks (effort grows fast)
+CHAIN_MAX_COPIES = 2     # on a chain the small exact model of `chaincycle.py` tries k = 2 .. this
 
 
 def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callable[..., SearchResult],
@@ -34,19 +36,36 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     info = result.info
     if info.method == "direct" or method != "modulo" or info.period <= info.lower_bound:
         return result
+    from tessel_dsl.search.chaincycle import applies
+
     best, span = result, result.schedule.makespan(spec)
-    proven_all, tried, per_mb = info.period_proven, 1, float(info.period)
-    for k in range(2, MAX_COPIES + 1):
+    proven_all, tried, per_mb = info.period_proven, 1, Fraction(info.period)
+    chain = applies(spec)
+    unused: list[str] = []  # k-copy repetends with a shorter period per micro-batch that were not used
+    for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
         left = clock.left()
-        if len(spec.blocks) * k > COPIES_MAX_BLOCKS or (left is not None and left <= 0):
+        if (not chain and len(spec.blocks) * k > COPIES_MAX_BLOCKS) or (left is not None and left <= 0):
             break
-        r = search_one(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock, progress=progress)
+        if chain:
+            find, settled = _chain_finder(spec, k, per_mb, solver=solver, clock=clock)
+            if find is None:  # no k-copy period below the best per micro-batch was found
+                tried, proven_all = k, proven_all and settled
+                continue
+            r = search_one(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock,
+                           progress=progress, find=find)
+        else:
+            r = search_one(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock, progress=progress)
         if r.info.method == "direct":
             break
         tried, proven_all = k, proven_all and r.info.period_proven
         sched = fold(spec, r.schedule, k, n)
         validate(spec, sched)
-        if sched.makespan(spec) < span and r.info.period / k < per_mb:
+        if Fraction(r.info.period, k) < per_mb and sched.makespan(spec) >= span:
+            u = clock.unit
+            unused.append(f"a repetend holding each block {k} times has period {r.info.period * u} "
+                          f"({float(Fraction(r.info.period * u, k)):g} per micro-batch) but its makespan for "
+                          f"N={n} is {sched.makespan(spec) * u}, not below {span * u}")
+        if sched.makespan(spec) < span and Fraction(r.info.period, k) < per_mb:
             u = clock.unit
             note = (f"a repetend holding each block {k} times (period {r.info.period * u} for {k} micro-batches, "
                     f"{r.info.period * u / k:g} each) beats the one-copy repetend (period {info.period * u}): "
@@ -55,9 +74,52 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
             best = replace(r, schedule=sched, info=replace(r.info, lower_bound=info.lower_bound, nr=r.info.nr * k,
                                                              repetend_copies=k,
                                                              note="; ".join(x for x in (note, r.info.note) if x)))
-            span, per_mb = sched.makespan(spec), r.info.period / k
+            span, per_mb = sched.makespan(spec), Fraction(r.info.period, k)
     out = best.info
     period_proven = proven_all
+    if unused:
+        # The plan keeps a repetend whose period per micro-batch a k-copy one beats: its period is
+        # proven only among repetends holding each block as often as it does.
+        tried = out.repetend_copies
+        period_proven = out.period_proven
+        out = replace(out, note="; ".join(x for x in (out.note, *unused) if x))
     return replace(best, info=replace(
         out, copies=tried, period_proven=period_proven, proven=period_proven and out.proven,
         makespan_bound=makespan_bound(spec, n)))
+
+
+def _chain_finder(spec: Spec, k: int, per_mb: Fraction, *, solver: str, clock: Clock):
+    """For a chain (`chaincycle.py`): the smallest period of `k` copies below `k * per_mb`, as a
+    repetend finder for the one-copy search of the unrolled spec and whether every period below
+    it was proven infeasible; (None, proven) when no period below `k * per_mb` was found
+    (proven: every one tried was shown infeasible, so none exists). The lowest period tried is `k` times the larger of the busiest device's work and the
+    memory bound (`membound.py`), both lower bounds for any schedule."""
+    from tessel_dsl.analysis import lower_bound
+    from tessel_dsl.search.chaincycle import chain_period_search
+    from tessel_dsl.search.construct import flat_repetend
+    from tessel_dsl.search.copies import unroll
+    from tessel_dsl.search.membound import memory_period_bound
+    from tessel_dsl.search.periodic import completion_witness
+
+    floor = max(Fraction(lower_bound(spec)), memory_period_bound(spec)) * k
+    low, high = -(-floor.numerator // floor.denominator), -(-(per_mb * k).numerator // (per_mb * k).denominator)
+    period, starts, settled = chain_period_search(spec, k, low, high, left=clock.left)
+    if period is None:
+        return None, settled
+    uspec = unroll(spec, k)
+    built = flat_repetend(uspec, starts, period)
+    if built is None:  # (not expected on a chain) the usual search is not run either
+        return None, False
+    rep = built[0]
+    u = clock.unit
+    note = "" if settled else (f"the solver budget ran out before every period of {k} copies below "
+                               f"{period * u} was settled")
+
+    def find(s: Spec, *, witnesses: dict | None = None, **_) -> tuple:
+        if witnesses is not None:
+            verdict, ends = completion_witness(s, rep, solver=solver, effort=0.0, time_limit=clock.left())
+            if ends is not None:
+                witnesses[rep] = ends
+        return rep, settled, note
+
+    return find, settled

@@ -71,7 +71,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from tessel_dsl.analysis import chains, reachable
-from tessel_dsl.ir import Spec
+from tessel_dsl.ir import Block, Spec
 
 ENUMERATE_MAX = 14  # down-closed sets are enumerated on devices with at most this many blocks
 
@@ -184,6 +184,16 @@ def paced_bound(spec: Spec, h: Holding, microbatches: int) -> int:
 def chain_stages(spec: Spec) -> list[tuple[int, int, int, int]] | None:
     """(forward time, backward time, memory per micro-batch, capacity) of each stage in chain
     order, when the spec is the chain the module text's one-copy bound needs; else None."""
+    stages = chain_stage_blocks(spec)
+    if stages is None:
+        return None
+    return [(f.time, b.time, f.memory, spec.capacity(d)) for f, b, d in stages]
+
+
+def chain_stage_blocks(spec: Spec) -> list[tuple[Block, Block, int]] | None:
+    """(forward block, backward block, device) of each stage in chain order, when every device
+    runs one forward stage that allocates and its backward that frees the same amount, the
+    forwards form a chain and the backwards retrace it; else None."""
     if any(b.is_multi_device or b.time <= 0 for b in spec.blocks):
         return None
     reach = reachable(spec)
@@ -203,7 +213,7 @@ def chain_stages(spec: Spec) -> list[tuple[int, int, int, int]] | None:
     for (f0, b0, _), (f1, b1, _) in zip(stages, stages[1:]):
         if f1.name not in reach[f0.name] or b0.name not in reach[b1.name]:
             return None
-    return [(f.time, b.time, f.memory, spec.capacity(d)) for f, b, d in stages]
+    return stages
 
 
 def one_copy_chain_bound(spec: Spec) -> int:

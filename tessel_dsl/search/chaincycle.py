@@ -1,0 +1,156 @@
+"""Repetends holding every block k times on a memory-bound chain, from one small cyclic model.
+
+The general cyclic model (`modulo.py`) run on a spec unrolled k times (`copies.py`) grows
+quickly: on an 8-stage chain two copies give 32 blocks, each with a free window per device, and
+a period it cannot settle costs about 15 s of CPU. A *chain* (`membound.chain_stage_blocks`:
+stage ``s`` on its own device runs one forward ``F_s`` that allocates ``h_s`` and its backward
+``B_s`` that frees it) allows a much smaller exact model of the periodic steady state.
+
+**The model** at period ``P`` for ``k`` copies: copy ``j`` (micro-batch ``k m + j`` of instance
+``m``) runs ``F_s`` at ``x[j][s] + m P`` and ``B_s`` at ``y[j][s] + m P``, with
+
+- the chain's dependencies within a micro-batch: ``x[j][s+1] >= x[j][s] + f_s``,
+  ``y[j][s] >= y[j][s+1] + b_{s+1}``, ``y[j][S-1] >= x[j][S-1] + f_{S-1}``;
+- no overlap modulo ``P`` on each device: every start is ``q P + r`` with ``0 <= r < P``, and
+  the intervals ``[r, r + t)`` and ``[r + P, r + P + t)`` of all ``2k`` blocks of the device do
+  not overlap (a block is never longer than ``P``, so this is exactly "no two blocks share a step
+  modulo P");
+- memory: micro-batch ``j`` holds ``h_s`` on stage ``s`` from the start of ``F_s`` to the start
+  of ``B_s`` (allocations count from a block's start, and ``F_s`` and ``B_s`` never start
+  together on one device, so this is the validator's running sum). A hold of length
+  ``L = a P + l`` (``0 <= l < P``) covers every step ``a`` times plus the ``l`` steps from its
+  start modulo ``P``; so the number held at any step is ``sum_j a_j`` plus a cumulative of the
+  intervals ``[r, r + l)`` and ``[r + P, r + P + l)``, whose count on ``[P, 2P)`` is exactly the
+  wrapped one (elsewhere it counts fewer). It stays within ``floor(C_s / h_s)``.
+
+Every periodic schedule of the chain with ``k`` micro-batches per period is a solution after
+renaming (copies are interchangeable, so copy ``j``'s ``F_0`` is put at the ``j``-th residue;
+time starts at copy 0's), and every solution is one: the model is exact. Its answers at
+``P`` settle whether any repetend holding each block ``k`` times has that period (the warmup and
+cooldown of a chain always exist: the periodic schedule cut to the first ``N_R`` micro-batches).
+Feasibility is monotone in ``P``, so the period is found by bisection.
+
+On `bench/specs/real/memchain.tsl` (D = 8) it settles every period of two copies in a few seconds
+of CPU: 111 ms for two micro-batches, 55.5 each, where one copy needs 66 and the memory bound
+says 47.
+"""
+from __future__ import annotations
+
+from tessel_dsl.ir import Spec
+from tessel_dsl.search.copies import SEP
+from tessel_dsl.search.membound import chain_stage_blocks
+
+CHAIN_PERIOD_EFFORT = 5.0  # deterministic CP-SAT budget of one period's solve (about seconds of one core)
+
+
+def applies(spec: Spec) -> bool:
+    """Is `spec` a chain this model covers (one forward stage and its backward per device)?"""
+    return chain_stage_blocks(spec) is not None
+
+
+def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,
+                       time_limit: float | None = None) -> tuple[str, dict[str, int] | None]:
+    """("feasible", flat starts) / ("infeasible", None) / ("unknown", None) for a periodic
+    schedule of `copies` micro-batches every `period` (module text). The flat starts are keyed by
+    the unrolled spec's block names (``F@j``: block ``F`` of copy ``j``)."""
+    from tessel_dsl.search.solvers.cpsat import configure
+    from tessel_dsl.search.solvers.cpsat_module import cp_model as _cp_model
+
+    cp_model = _cp_model()
+    stages = chain_stage_blocks(spec)
+    if stages is None:
+        raise ValueError("solve_chain_period needs a chain (membound.chain_stage_blocks)")
+    if any(b.time > period for f, b, _ in stages for b in (f, b)):
+        return "infeasible", None
+    count, k, p = len(stages), copies, period
+    limit = [spec.capacity(d) // f.memory for f, _, d in stages]  # micro-batches each stage holds
+    # A hold at least (limit + 1) periods long would alone exceed the limit, so every time of copy j
+    # lies within (limit_0 + 2) periods of time 0.
+    horizon = (limit[0] + 2) * p
+    m = cp_model.CpModel()
+    x = [[m.new_int_var(0, horizon, f"x{j}_{s}") for s in range(count)] for j in range(k)]
+    y = [[m.new_int_var(0, horizon, f"y{j}_{s}") for s in range(count)] for j in range(k)]
+    for j in range(k):
+        for s in range(count - 1):
+            m.add(x[j][s + 1] >= x[j][s] + stages[s][0].time)
+            m.add(y[j][s] >= y[j][s + 1] + stages[s + 1][1].time)
+        m.add(y[j][count - 1] >= x[j][count - 1] + stages[-1][0].time)
+        if j == 0:
+            m.add(x[0][0] == 0)
+        else:
+            m.add(x[j][0] >= x[j - 1][0])
+            m.add(x[j][0] <= p - 1)
+
+    def residue(value, name: str):
+        q = m.new_int_var(0, horizon // p + 1, f"q_{name}")
+        r = m.new_int_var(0, p - 1, f"r_{name}")
+        m.add(value == p * q + r)
+        return q, r
+
+    for s, (f, b, _) in enumerate(stages):
+        blocks, holds, demands, wraps = [], [], [], []
+        for j in range(k):
+            for var, t, tag in ((x[j][s], f.time, "F"), (y[j][s], b.time, "B")):
+                _, r = residue(var, f"{tag}{j}_{s}")
+                blocks.append(m.new_fixed_size_interval_var(r, t, f"{tag}{j}_{s}"))
+                blocks.append(m.new_fixed_size_interval_var(r + p, t, f"{tag}{j}_{s}+P"))
+            length = m.new_int_var(0, horizon, f"hold{j}_{s}")
+            m.add(length == y[j][s] - x[j][s])
+            whole, part = residue(length, f"hold{j}_{s}")
+            _, at = residue(x[j][s], f"at{j}_{s}")
+            for shift in (0, p):
+                start = m.new_int_var(0, 2 * p, f"hs{j}_{s}_{shift}")
+                end = m.new_int_var(0, 3 * p, f"he{j}_{s}_{shift}")
+                m.add(start == at + shift)
+                m.add(end == start + part)
+                holds.append(m.new_interval_var(start, part, end, f"h{j}_{s}_{shift}"))
+                demands.append(1)
+            wraps.append(whole)
+        m.add_no_overlap(blocks)
+        base = m.new_int_var(0, limit[s], f"whole_{s}")
+        m.add(base == sum(wraps))
+        holds.append(m.new_fixed_size_interval_var(0, 3 * p, f"base_{s}"))
+        demands.append(base)
+        m.add_cumulative(holds, demands, limit[s])
+    solver = cp_model.CpSolver()
+    configure(solver.parameters, effort=effort, time_limit=time_limit)
+    status = solver.solve(m)
+    if status == cp_model.INFEASIBLE:
+        return "infeasible", None
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return "unknown", None
+    starts = {}
+    for j in range(k):
+        for s, (f, b, _) in enumerate(stages):
+            starts[f"{f.name}{SEP}{j}"] = solver.value(x[j][s])
+            starts[f"{b.name}{SEP}{j}"] = solver.value(y[j][s])
+    return "feasible", starts
+
+
+def chain_period_search(spec: Spec, copies: int, low: int, high: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,
+                        left=lambda: None) -> tuple[int | None, dict[str, int] | None, bool]:
+    """The smallest period in ``[low, high)`` at which `copies` micro-batches repeat (bisection:
+    feasibility is monotone in the period), as (period, flat starts, proven). `proven`: every period below the answer was shown
+    infeasible (down to `low`, which the caller knows to be a lower bound). `left()` gives the
+    seconds of a user's time limit still left (None: no limit, only the deterministic budgets).
+    With nothing feasible below `high` the period and starts are None (`proven`: every period
+    tried below `high` was shown infeasible, so none exists)."""
+    best = None
+    below = low - 1  # every period up to `below` is infeasible or unsettled
+    settled = True   # ... and, while this holds, every one of them was proven infeasible
+    hi = high
+    while below + 1 < hi:
+        t = left()
+        if t is not None and t <= 0:
+            settled = False
+            break
+        period = (below + 1 + hi) // 2
+        status, starts = solve_chain_period(spec, copies, period, effort=effort, time_limit=t)
+        if status == "feasible":
+            best, hi = (period, starts), period
+        else:
+            below = period
+            settled = settled and status == "infeasible"
+    if best is None:
+        return None, None, settled
+    return best[0], best[1], settled
