@@ -107,6 +107,9 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
                 demands.append(1)
             wraps.append(whole)
         m.add_no_overlap(blocks)
+        # Implied: the average number held over a period, sum of the holds over P, is at most the
+        # peak (it propagates far earlier than the cumulative).
+        m.add(sum(y[j][s] - x[j][s] for j in range(k)) <= limit[s] * p)
         base = m.new_int_var(0, limit[s], f"whole_{s}")
         m.add(base == sum(wraps))
         holds.append(m.new_fixed_size_interval_var(0, 3 * p, f"base_{s}"))
