@@ -87,8 +87,9 @@ def _period(s: dict) -> str:
 
 def _makespan(s: dict) -> str:
     if not s["makespan_bound"]:
-        return f"{s['makespan']}"
-    return f"{s['makespan']}  (lower bound {s['makespan_bound']}: {in_time(s, s['makespan_gap'])} above)"
+        return in_time(s, s["makespan"])
+    gap = "reached" if s["makespan_gap"] == 0 else f"{in_time(s, s['makespan_gap'])} above"
+    return f"{in_time(s, s['makespan'])}  (lower bound {in_time(s, s['makespan_bound'])}: {gap})"
 
 
 def _proven(s: dict) -> str:
