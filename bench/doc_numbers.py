@@ -7,12 +7,17 @@ Two kinds of quoted numbers are covered:
 - **claims**: a number inside a sentence (``88 -> 78``), found by a pattern and compared with what
   the tool gives now.
 
+TO is solved on a deterministic budget (`--to-effort`, CP-SAT's deterministic time, as
+`optimal(effort=...)`), so its cells are the same on every machine and under any load; a
+wall-clock `--to-limit` is applied only when given, and then those cells depend on the machine.
+
 Whoever changes what the search returns reruns this script: the check says what moved, ``--write``
 updates the blocks, and a drifted claim is fixed by hand. ``tests/test_doc_numbers.py`` runs a
 small sample of the same checks.
 
     python bench/doc_numbers.py                       # check everything (no TO): exit 1 on drift
-    python bench/doc_numbers.py --write               # rewrite the blocks (TO solved, 20 s each)
+    python bench/doc_numbers.py --write               # rewrite the blocks (TO solved, effort 60 each)
+    python bench/doc_numbers.py --to-effort 60        # check the TO cells too (minutes)
     python bench/doc_numbers.py --only search-d4 --rows vshape/train kshape/infer
     python bench/doc_numbers.py --list                # what is checked, and where
 """
@@ -24,9 +29,10 @@ import io
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,10 +48,28 @@ SEARCH_HEAD = (["spec", "mode", "D", "N_R", "period / LB"] + [f"N={n} makespan (
                + [f"TO, N={n} (gap)" for n in TO_SIZES])
 
 
-def search_row(spec_name: str, mode: str, devices: int, to_limit: float | None) -> list[str]:
+class ToBudget(NamedTuple):
+    """How TO is solved: `effort` is CP-SAT's deterministic time per solve (the answer depends on
+    the model alone); `limit`, seconds of wall clock, only if the user gave one."""
+
+    effort: float
+    limit: float | None = None
+
+
+def to_budget(args: argparse.Namespace) -> ToBudget | None:
+    """The TO budget the options ask for, or None where TO is not solved (a check with neither
+    --to-effort nor --to-limit). Writing always solves TO, on `TO_EFFORT` unless told otherwise."""
+    if not (args.write or args.to_effort is not None or args.to_limit is not None):
+        return None
+    from tessel_dsl.search.optimal import TO_EFFORT
+
+    return ToBudget(TO_EFFORT if args.to_effort is None else args.to_effort, args.to_limit)
+
+
+def search_row(spec_name: str, mode: str, devices: int, to: ToBudget | None) -> list[str]:
     """One row: the search for N=8 (no time limit, so the search is deterministic), re-extended to
-    the larger N as `tessel simulate -n` does, and TO at N=8 and 16 when `to_limit` is given
-    (cells left empty otherwise; `?` marks a TO not proven optimal within the limit)."""
+    the larger N as `tessel simulate -n` does, and TO at N=8 and 16 when a budget `to` is given
+    (cells left empty otherwise; `?` marks a TO not proven optimal within the budget)."""
     from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.search.driver import search
     from tessel_dsl.search.finish import reextend
@@ -59,17 +83,20 @@ def search_row(spec_name: str, mode: str, devices: int, to_limit: float | None) 
     cells = [spec_name, mode, str(devices), str(info.nr), f"{info.period} {rel} {info.lower_bound}"]
     cells += [f"{s.makespan(spec)} ({s.bubble_rate(spec):.1%})" for s in schedules.values()]
     for n in TO_SIZES:
-        if to_limit is None:
+        if to is None:
             cells.append("")
             continue
+        cpu = time.process_time()
         try:
-            to = optimal(spec, n, time_limit=to_limit, effort=None, hint=schedules[n])
+            result = optimal(spec, n, time_limit=to.limit, effort=to.effort, hint=schedules[n])
         except OptimalTimeout:
-            cells.append("none in time")
+            cells.append("none in budget")
             continue
-        best = to.schedule.makespan(spec)
+        best = result.schedule.makespan(spec)
         gap = schedules[n].makespan(spec) / best - 1.0
-        cells.append(f"{best}{'' if to.info.proven else '?'} ({gap:+.1%})")
+        cells.append(f"{best}{'' if result.info.proven else '?'} ({gap:+.1%})")
+        # CPU, not wall, seconds: the solve is single-threaded and the machine may be shared.
+        print(f"    TO N={n}: {cells[-1]}, {time.process_time() - cpu:.1f} s CPU", file=sys.stderr, flush=True)
     return cells
 
 
@@ -152,7 +179,7 @@ def make_search(devices: int, with_to: bool) -> Callable[[argparse.Namespace], s
         rows = []
         for spec_name, mode in _search_rows(args):
             print(f"  search {spec_name} {mode} D={devices}", file=sys.stderr, flush=True)
-            row = search_row(spec_name, mode, devices, args.to_limit if with_to else None)
+            row = search_row(spec_name, mode, devices, to_budget(args) if with_to else None)
             rows.append(row if with_to else row[:len(head)])
         return markdown_table(head, rows)
 
@@ -164,13 +191,14 @@ def sample_search(devices: int) -> Callable[[str, argparse.Namespace], list[str]
         """Problems in the documented rows for the rows asked for (TO cells only when solved)."""
         documented = {(r[0], r[1]): r for r in parse_table(current)}
         problems = []
+        budget = to_budget(args)
         for spec_name, mode in _search_rows(args):
-            fresh = search_row(spec_name, mode, devices, args.to_limit)
+            fresh = search_row(spec_name, mode, devices, budget)
             doc = documented.get((spec_name, mode))
             if doc is None:
                 problems.append(f"no row for {spec_name} {mode}")
                 continue
-            width = min(len(doc), len(fresh) if args.to_limit is not None else len(fresh) - len(TO_SIZES))
+            width = min(len(doc), len(fresh) if budget is not None else len(fresh) - len(TO_SIZES))
             for col, (want, have) in enumerate(zip(fresh[:width], doc[:width])):
                 if want != have:
                     problems.append(f"{spec_name} {mode}, {SEARCH_HEAD[col]}: docs say {have!r}, "
@@ -253,7 +281,7 @@ def run(args) -> list[str]:
                 replace_block(path, block.name, fresh)
                 print(f"rewrote {block.file} [{block.name}]", file=sys.stderr)
             continue
-        if block.sample is not None and (args.rows or args.to_limit is None):
+        if block.sample is not None and (args.rows or to_budget(args) is None):
             problems += [f"{block.file} [{block.name}]: {p}" for p in block.sample(current, args)]
             continue
         fresh = block.make(args)
@@ -272,8 +300,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--write", action="store_true", help="rewrite the generated blocks")
     ap.add_argument("--only", nargs="*", help="block or claim names")
     ap.add_argument("--rows", nargs="*", help="search table rows as spec/mode (default: all)")
-    ap.add_argument("--to-limit", type=float, default=None,
-                    help="solve TO with this limit (seconds) and check/write those cells too")
+    ap.add_argument("--to-effort", type=float, default=None, metavar="E",
+                    help="solve TO with this deterministic budget per solve (CP-SAT's deterministic time; "
+                         "default with --write or --to-limit: TO_EFFORT, 60) and check/write those cells too")
+    ap.add_argument("--to-limit", type=float, default=None, metavar="SECONDS",
+                    help="also stop each TO solve after this much wall clock: the TO cells then depend on "
+                         "the machine's speed and load")
     ap.add_argument("--list", action="store_true", help="list blocks and claims")
     return ap
 
@@ -288,8 +320,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.write and args.rows:
         parser().error("--write rewrites whole blocks: leave out --rows")
-    if args.write and args.to_limit is None:
-        args.to_limit = 20.0
+    if args.to_effort is not None and args.to_effort <= 0:
+        parser().error("--to-effort must be positive")
+    if args.to_limit is not None and args.to_limit <= 0:
+        parser().error("--to-limit must be positive")
+    budget = to_budget(args)
+    if budget is not None:
+        print(f"TO: effort {budget.effort:g} per solve"
+              + (f", wall-clock limit {budget.limit:g} s: the TO cells depend on this machine's speed and load"
+                 if budget.limit is not None else " (deterministic: the same cells on any machine)"),
+              file=sys.stderr, flush=True)
     problems = run(args)
     for p in problems:
         print(p)

@@ -3,9 +3,12 @@
 For each `specs/*.tsl` in train and infer mode at D=4 and D=8 it prints: search time (median of
 `--repeat` runs), N_R, the repetend period next to the lower bound, makespan and bubble at
 N = 8, 16, 32, 128 (the searched schedule re-extended with `search.reextend`, not searched again), and for N = 8 and 16
-the gap between Tessel's makespan and the time-optimal one (TO, solved with a time limit; `?`
-marks a TO that was not proven optimal within it). A second table compares solver backends and
-repetend methods. Output is Markdown; `--write bench/RESULTS.md` replaces the "Search" section.
+the gap between Tessel's makespan and the time-optimal one (TO, solved on the deterministic
+budget `--to-effort`, so the same on any machine; a wall-clock `--to-limit` only when given; `?`
+marks a TO that was not proven optimal within them). A second table compares solver backends and
+repetend methods. Output is Markdown; `--write FILE` replaces the "## Search" section of FILE
+(all of it, subsections included: point it at a scratch file, not bench/RESULTS.md, whose
+Search section also holds the tables `bench/doc_numbers.py` writes).
 
     python bench/search.py                         # everything (long: TO solves dominate)
     python bench/search.py --specs mshape nnshape --devices 8 --modes train
@@ -26,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from tessel_dsl.errors import TesselError  # noqa: E402
 from tessel_dsl.lang.parser import parse_file  # noqa: E402
+from tessel_dsl.search.optimal import TO_EFFORT  # noqa: E402
 
 SIZES = (8, 16, 32, 128)
 TO_SIZES = (8, 16)
@@ -85,7 +89,8 @@ def bench_one(path: Path, mode: str, d: int, args) -> dict:
     if not args.no_to:
         for n in TO_SIZES:
             try:
-                to = optimal(spec, n, solver=args.solver, time_limit=args.to_limit, effort=None, hint=schedules[n])
+                to = optimal(spec, n, solver=args.solver, time_limit=args.to_limit, effort=args.to_effort,
+                             hint=schedules[n])
             except OptimalTimeout:
                 row[f"TO{n}"] = None
                 continue
@@ -105,7 +110,7 @@ def table(rows: list[dict], with_to: bool) -> str:
             cells = [r["spec"], r["mode"], str(r["D"]), "error: " + r["error"]] + [""] * (len(head) - 4)
             lines.append("| " + " | ".join(cells) + " |")
             continue
-        mark = "" if r["proven"] else " (limit)"
+        mark = "" if r["proven"] else " (not proven)"
         runs = f" (median of {r['runs']})" if r["runs"] > 1 else ""
         ok = "=" if r["period"] == r["lb"] else ">"
         cells = [r["spec"], r["mode"], str(r["D"]), f"{r['seconds']:.2f}{runs}{mark}", str(r["nr"]),
@@ -114,7 +119,7 @@ def table(rows: list[dict], with_to: bool) -> str:
         if with_to:
             for n in TO_SIZES:
                 to = r.get(f"TO{n}")
-                cells.append("no TO schedule in time" if to is None else
+                cells.append("no TO schedule within the budget" if to is None else
                              f"{to[1]:+.1%} (TO {to[0]}{'' if to[2] else '?'})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -165,15 +170,27 @@ def main() -> None:
     ap.add_argument("--modes", nargs="*", default=["train", "infer"])
     ap.add_argument("--solver", default="auto")
     ap.add_argument("--method", default="auto")
-    ap.add_argument("--time-limit", type=float, default=120.0, help="per search, seconds")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="per search, seconds of wall clock (default: none; a limit makes the schedules "
+                         "depend on the machine)")
     ap.add_argument("--repeat", type=int, default=3, help="searches per case (median reported)")
     ap.add_argument("--repeat-below", type=float, default=5.0, help="repeat only searches faster than this")
-    ap.add_argument("--to-limit", type=float, default=60.0, help="per TO solve, seconds")
+    ap.add_argument("--to-effort", type=float, default=TO_EFFORT, metavar="E",
+                    help=f"deterministic budget per TO solve (CP-SAT's deterministic time; default {TO_EFFORT:g})")
+    ap.add_argument("--to-limit", type=float, default=None, metavar="SECONDS",
+                    help="also stop each TO solve after this much wall clock (default: none; a limit makes "
+                         "the TO cells depend on the machine's speed and load)")
     ap.add_argument("--no-to", action="store_true", help="skip the TO solves")
     ap.add_argument("--no-solvers", action="store_true", help="skip the solver/method comparison")
     ap.add_argument("--compare-limit", type=float, default=60.0, help="per search in the solver comparison")
     ap.add_argument("--write", type=Path, help="replace the '## Search' section of this Markdown file")
     args = ap.parse_args()
+    for name in ("time_limit", "to_effort", "to_limit", "compare_limit"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            ap.error(f"--{name.replace('_', '-')} must be positive")
+    if args.to_limit is not None and not args.no_to:
+        print(f"TO limited to {args.to_limit:g} s of wall clock: its cells depend on this machine's speed and load",
+              file=sys.stderr)
 
     paths = sorted((ROOT / "specs").glob("*.tsl"))
     if args.specs:
@@ -186,10 +203,15 @@ def main() -> None:
                 rows.append(bench_one(path, mode, d, args))
                 print(f"  {path.stem} {mode} D={d}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     command = "python bench/search.py " + " ".join(sys.argv[1:])
+    if args.to_limit is None:
+        budget = f"TO on a deterministic budget of effort {args.to_effort:g} per solve, the same on any machine"
+    else:
+        budget = (f"TO on effort {args.to_effort:g} and at most {args.to_limit:g} s of wall clock per solve, "
+                  "so its cells depend on this machine's speed and load")
     out = ["## Search", "", f"Machine: {_machine()}.", f"Command: `{command.strip()}`.", "",
            "Tessel search per shipped spec (time to search for N=8; other N re-extend the same schedule; "
-           "`(limit)` = the search's time limit cut it short; gap to TO = Tessel's makespan over the "
-           f"time-optimal one, TO limited to {args.to_limit:g} s, `?` = TO not proven optimal).", "",
+           "`(not proven)` = a budget or the time limit cut the search short; gap to TO = Tessel's makespan over the "
+           f"time-optimal one, {budget}; `?` = TO not proven optimal).", "",
            table(rows, not args.no_to)]
     if not args.no_solvers:
         d4 = [p for p in paths]
