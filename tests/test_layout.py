@@ -90,6 +90,20 @@ def test_the_layout_is_what_the_test_knows():
     assert not strays, f"modules outside every layer (add them to a group or to CORE): {strays}"
 
 
+def test_the_search_package_names_each_of_its_modules():
+    """`tessel_dsl/search/__init__.py`'s docstring is the package's map: a module added or removed
+    must be added to or removed from it too."""
+    import re
+
+    folder = REPO / "tessel_dsl" / "search"
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
+    have = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    have |= {p.name + "/" for p in folder.iterdir() if (p / "__init__.py").exists()}
+    listed = set(re.findall(r"^(\w+/?) {2,}\S", doc, re.M))
+    assert not have - listed, f"modules missing from tessel_dsl/search/__init__.py's docstring: {sorted(have - listed)}"
+    assert not listed - have, f"tessel_dsl/search/__init__.py's docstring names modules that are gone: {sorted(listed - have)}"
+
+
 def test_no_import_cycles():
     index: dict[str, int] = {}
     low: dict[str, int] = {}

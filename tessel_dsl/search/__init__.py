@@ -2,6 +2,9 @@
 
 driver      the search end to end (paper Algorithm 1): bounds, repetend, completion, extension
 finish      finishing for one N (baseline orders, end re-solve); re-extending a plan to another N
+bounds      the lower bound on the makespan of N micro-batches that plans state
+membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
+timescale   the search's time unit: block times over their common divisor, answers scaled back
 kcopy       the search over repetends holding every block k times (unrolled with `copies`)
 copies      unrolling a spec k times, folding its schedule back
 clock       the user's wall-clock limit and the time unit notes speak in
