@@ -60,3 +60,29 @@ def test_a_drifted_number_is_reported(doc_numbers, tmp_path, monkeypatch):
     assert len(problems) == 2, problems
     assert "vshape infer, N=32 makespan (bubble): docs say '36 (8.6%)', the tool gives '35 (8.6%)'" in problems[0]
     assert "docs say 88 / 1, the tool gives 88 / " in problems[1]
+
+
+def test_to_cells_are_solved_on_a_deterministic_budget_unless_a_limit_is_given(doc_numbers, monkeypatch):
+    # The TO cells are what a CP-SAT budget in deterministic time gives, so the same on any machine:
+    # no wall-clock limit reaches the solver unless --to-limit is passed, and the check alone solves no TO.
+    from tessel_dsl.search import optimal as module
+    from tessel_dsl.search.optimal import TO_EFFORT
+
+    seen = []
+    original = module.optimal
+
+    def spy(spec, n, **kw):
+        seen.append((n, kw["effort"], kw["time_limit"]))
+        return original(spec, n, **kw)
+
+    monkeypatch.setattr(module, "optimal", spy)
+    budget = lambda *argv: doc_numbers.to_budget(doc_numbers.parser().parse_args(list(argv)))  # noqa: E731
+    assert budget() is None and budget("--rows", "vshape/infer") is None
+    assert budget("--write") == (TO_EFFORT, None)
+    assert budget("--to-limit", "3") == (TO_EFFORT, 3.0)
+    row = doc_numbers.search_row("vshape", "infer", 4, budget("--to-effort", "5"))
+    assert seen == [(8, 5.0, None), (16, 5.0, None)]
+    assert row[-2:] == ["11 (+0.0%)", "19 (+0.0%)"]  # makespans 11 and 19, both proven: no `?`
+    seen.clear()
+    assert _run(doc_numbers, "--only", "search-d4", "--rows", "vshape/infer", "--to-effort", "5") == []
+    assert seen == [(8, 5.0, None), (16, 5.0, None)]  # the documented TO cells were checked too
