@@ -7,6 +7,7 @@ membound    lower bounds from memory (how long a micro-batch holds memory, how m
 timescale   the search's time unit: block times over their common divisor, answers scaled back
 kcopy       the search over repetends holding every block k times (unrolled with `copies`)
 copies      unrolling a spec k times, folding its schedule back
+chaincycle  k-copy repetends of a memory-bound chain from one small cyclic model
 clock       the user's wall-clock limit and the time unit notes speak in
 repetend    repetend construction by enumerating offsets (paper §4.1)
 modulo      repetend construction with one cyclic model per period
