@@ -53,7 +53,7 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
     """("feasible", flat starts) / ("infeasible", None) / ("unknown", None) for a periodic
     schedule of `copies` micro-batches every `period` (module text). The flat starts are keyed by
     the unrolled spec's block names (``F@j``: block ``F`` of copy ``j``)."""
-    from tessel_dsl.search.solvers.cpsat import configure
+    from tessel_dsl.search.solvers.cpsat import run_model
     from tessel_dsl.search.solvers.cpsat_module import cp_model as _cp_model
 
     cp_model = _cp_model()
@@ -115,13 +115,9 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
         holds.append(m.new_fixed_size_interval_var(0, 3 * p, f"base_{s}"))
         demands.append(base)
         m.add_cumulative(holds, demands, limit[s])
-    solver = cp_model.CpSolver()
-    configure(solver.parameters, effort=effort, time_limit=time_limit)
-    status = solver.solve(m)
-    if status == cp_model.INFEASIBLE:
-        return "infeasible", None
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return "unknown", None
+    status, solver = run_model(m, effort=effort, time_limit=time_limit)
+    if status != "found":
+        return status, None
     starts = {}
     for j in range(k):
         for s, (f, b, _) in enumerate(stages):

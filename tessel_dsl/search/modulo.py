@@ -177,17 +177,13 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
 
     cp_model = _cp_model()
 
-    from tessel_dsl.search.solvers.cpsat import configure
+    from tessel_dsl.search.solvers.cpsat import configure, run_model
 
     deadline = None if time_limit is None else time.monotonic() + time_limit
     m, s, r = _cpsat_model(spec, period, max_nr, objective=False)
-    solver = cp_model.CpSolver()
-    configure(solver.parameters, effort=effort, time_limit=time_limit)
-    st = solver.solve(m)
-    if st == cp_model.INFEASIBLE:
-        return "infeasible", None
-    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return "unknown", None
+    found, solver = run_model(m, effort=effort, time_limit=time_limit)
+    if found != "found":
+        return found, None
     first_s, first_r = [solver.value(x) for x in s], [solver.value(x) for x in r]
     m2, s2, r2 = _cpsat_model(spec, period, max_nr, objective=True)
     for var, val in zip(s2 + r2, first_s + first_r):

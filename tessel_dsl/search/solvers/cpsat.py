@@ -22,6 +22,22 @@ def configure(params, *, workers: int = 1, effort: float | None = None, time_lim
         params.max_time_in_seconds = max(0.01, float(time_limit))
 
 
+def run_model(model, *, effort: float | None, time_limit: float | None) -> tuple[str, object]:
+    """Solve a CP-SAT model built by a caller (the cyclic models) under `configure`'s settings:
+    (status, solver), status "infeasible", "unknown" (nothing found in the budget), or "found"
+    (read the values from the solver)."""
+    from tessel_dsl.search.solvers.cpsat_module import cp_model
+
+    solver = cp_model().CpSolver()
+    configure(solver.parameters, effort=effort, time_limit=time_limit)
+    status = solver.solve(model)
+    if status == cp_model().INFEASIBLE:
+        return "infeasible", solver
+    if status not in (cp_model().OPTIMAL, cp_model().FEASIBLE):
+        return "unknown", solver
+    return "found", solver
+
+
 def _add_memory(m, problem: Problem, starts: list, anchor, horizon: int) -> tuple[bool, bool]:
     """Each device's memory as one cumulative over what groups hold (`holding.py`), or as a
     reservoir where no task there has a group. Returns (can fit, some cumulative was used); it
