@@ -166,3 +166,17 @@ def test_several_placements_in_one_table():
     data = json.loads(tessel("specs/vshape.tsl", "specs/mshape.tsl", "-n", "8", "--json").stdout)
     assert [d["best_baseline"] for d in data] == [lines["vshape.tsl"][6], "1f1b+"]
     assert data[0]["tessel_vs_best"] == 0.0 and data[1]["tessel_vs_best"] < 0
+
+
+def test_table_to_a_file_or_log_keeps_every_digit():
+    # Piped output (a CI log) is not a terminal: rich would assume 80 columns and crop cells to
+    # "570 ms (101 m…". The tables are printed as wide as they need instead. The expected cells
+    # are read off the rows of the JSON output, not off the table code.
+    args = ("bench/specs/real/tpmshape16.tsl", "-s", "gpipe", "-s", "1f1b+")
+    r = tessel(*args)
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout
+    rows = {row["schedule"]: row for row in json.loads(tessel(*args, "--json").stdout)[0]["rows"]}
+    for name in ("gpipe", "1f1b+"):
+        period = rows[name]["period"]
+        assert f"{period:g} ms (75 ms)" in r.stdout, (name, period)

@@ -63,7 +63,7 @@ def render_rows(title: str, rows, units=None) -> list:
     for col, just in (("schedule", "left"), ("N", "right"), ("makespan", "right"), ("bubble", "right"),
                       ("period(LB)", "right"), ("steady", "right"), ("peak/M", "right"),
                       ("vs TO", "right"), ("time", "right")):
-        table.add_column(col, justify=just, no_wrap=True)
+        table.add_column(col, justify=just, overflow="fold")  # a narrow terminal folds a cell, never hides digits
     why = []
     unproven = False
     to_cut = ""  # why TO is not proven optimal, when a budget or limit cut it
@@ -123,7 +123,7 @@ def render_placements(results) -> object:
     for col, just in (("placement", "left"), ("D", "right"), ("M", "right"), ("N", "right"),
                       ("tessel", "right"), ("bubble", "right"), ("baseline", "left"),
                       ("makespan", "right"), ("vs it", "right")):
-        table.add_column(col, justify=just, no_wrap=True)
+        table.add_column(col, justify=just, overflow="fold")  # a narrow terminal folds a cell, never hides digits
     for path, spec, rows in results:
         tessel, best, ratio = versus_best(rows)
         n = str(rows[0].microbatches) if rows else "-"
@@ -157,6 +157,18 @@ def _render_table3(rows):
             cells.append(f"{got} / {want}")
         table.add_row(row.model, row.placement, *cells)
     return table
+
+
+def _show(part) -> None:
+    """Print a table whole: at a terminal's width (its cells fold), and to a file or a CI log,
+    where rich would assume 80 columns and crop the numbers, as wide as the table needs."""
+    out = console.get()
+    if not out.is_terminal:
+        from rich.console import Console
+
+        # A table takes only the width it needs (it does not expand), so a generous width is enough.
+        out = Console(width=max(out.width, 240), file=out.file)
+    out.print(part, soft_wrap=True)
 
 
 def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
@@ -252,8 +264,8 @@ def compare(
         title = (f"{spec.name} ({path}): D={spec.devices}, {_limit(spec, 'M=')}, "
                  f"{spec.mode.value}, lower bound {_time(spec.units, lower_bound(spec))} per micro-batch")
         for part in render_rows(title, rows, spec.units):
-            console.print(part, soft_wrap=True)
+            _show(part)
     if as_json:
         print(json.dumps(everything, indent=1))
     elif len(results) > 1:
-        console.print(render_placements(results), soft_wrap=True)
+        _show(render_placements(results))
