@@ -6,9 +6,10 @@ N = 8, 16, 32, 128 (the searched schedule re-extended with `search.reextend`, no
 the gap between Tessel's makespan and the time-optimal one (TO, solved on the deterministic
 budget `--to-effort`, so the same on any machine; a wall-clock `--to-limit` only when given; `?`
 marks a TO that was not proven optimal within them). A second table compares solver backends and
-repetend methods. Output is Markdown; `--write FILE` replaces the "## Search" section of FILE
-(all of it, subsections included: point it at a scratch file, not bench/RESULTS.md, whose
-Search section also holds the tables `bench/doc_numbers.py` writes).
+repetend methods. Output is Markdown; `--write FILE` replaces the "## Search" section of FILE,
+all of it, subsections included, so it refuses a section that holds anything it did not write
+(subsections, or the blocks `bench/doc_numbers.py` maintains, as bench/RESULTS.md's does):
+point it at a scratch file.
 
     python bench/search.py                         # everything (long: TO solves dominate)
     python bench/search.py --specs mshape nnshape --devices 8 --modes train
@@ -140,7 +141,7 @@ def solver_table(paths: list[Path], args) -> str:
             try:
                 r = search(spec, microbatches=8, solver=solver, method=method, time_limit=args.compare_limit)
                 dt = time.perf_counter() - t0
-                cells.append(f"{dt:.2f} s, P={r.info.period}{'' if r.info.proven else ' (limit)'}")
+                cells.append(f"{dt:.2f} s, P={r.info.period}{'' if r.info.proven else ' (not proven)'}")
             except TesselError as e:
                 cells.append("error: " + str(e).splitlines()[0][:60])
             print(f"  {path.stem} {solver}/{method}: {cells[-1]}", file=sys.stderr, flush=True)
@@ -157,6 +158,10 @@ def write_section(target: Path, body: str) -> None:
         new = text.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n"
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        kept = [l for l in lines[start + 1:end] if l.startswith("### ") or l.startswith("<!-- numbers:")]
+        if kept:
+            raise SystemExit(f"{target}: its '## Search' section holds more than this script writes "
+                             f"({kept[0].strip()!r}); --write would delete it. Write to a scratch file instead.")
         new = "\n".join(lines[:start] + body.rstrip("\n").splitlines() + ([""] + lines[end:] if end < len(lines) else [])) + "\n"
     tmp = target.with_suffix(".md.tmp")
     tmp.write_text(new)
@@ -182,7 +187,9 @@ def main() -> None:
                          "the TO cells depend on the machine's speed and load)")
     ap.add_argument("--no-to", action="store_true", help="skip the TO solves")
     ap.add_argument("--no-solvers", action="store_true", help="skip the solver/method comparison")
-    ap.add_argument("--compare-limit", type=float, default=60.0, help="per search in the solver comparison")
+    ap.add_argument("--compare-limit", type=float, default=None,
+                    help="per search in the solver comparison, seconds of wall clock (default: none; every "
+                         "solve has a deterministic budget, and a limit makes the periods depend on the machine)")
     ap.add_argument("--write", type=Path, help="replace the '## Search' section of this Markdown file")
     args = ap.parse_args()
     for name in ("time_limit", "to_effort", "to_limit", "compare_limit"):
@@ -215,7 +222,8 @@ def main() -> None:
            table(rows, not args.no_to)]
     if not args.no_solvers:
         d4 = [p for p in paths]
-        out += ["", f"Solver backends and repetend methods (D=4, train, N=8, limit {args.compare_limit:g} s):", "",
+        limit = "no wall-clock limit" if args.compare_limit is None else f"limit {args.compare_limit:g} s"
+        out += ["", f"Solver backends and repetend methods (D=4, train, N=8, {limit}):", "",
                 solver_table(d4, args)]
     text = "\n".join(out) + "\n"
     print(text)
