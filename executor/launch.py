@@ -224,6 +224,9 @@ def _forked_main(job: Path, rank: int) -> None:
     os._exit(0)
 
 
+ERROR_GRACE = 5.0  # seconds the supervisor waits, after a rank's error, for the other ranks' messages
+
+
 def _supervise(plan: Plan, opts: Options, procs, job: Path, world: int) -> RunReport:
     import mmap
 
@@ -251,7 +254,12 @@ def _supervise(plan: Plan, opts: Options, procs, job: Path, world: int) -> RunRe
                     last_seen[r], last_change = progress[r * 3 + 2], now
             if errors and first_error_at is None:
                 first_error_at = now
-            if first_error_at is not None and now - first_error_at > 3.0:
+            # After the first error, wait for the others' messages (the most telling one is reported):
+            # until every rank has reported or exited cleanly, at most ERROR_GRACE seconds. A peer's
+            # communication timeout can come a second before the stalled rank's own report.
+            if first_error_at is not None and (
+                    now - first_error_at > ERROR_GRACE
+                    or all(r in errors or p.poll() == 0 for r, p in enumerate(procs))):
                 break
             if first_error_at is None and all(p.poll() is not None for p in procs):
                 if (job / "result").exists():
