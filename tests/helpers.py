@@ -1,5 +1,9 @@
-"""Small Python-built specs for tests that must not depend on the parser, and an in-process CLI runner."""
+"""Small Python-built specs for tests that must not depend on the parser, an in-process CLI runner,
+and a loader for the bench/ scripts (which are not a package)."""
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 from tessel_dsl.search.compact import compact
 from tessel_dsl.ir import Block, Edge, Kind, Spec
@@ -43,3 +47,12 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
         code = e.code or 0
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def load_bench(name: str):
+    """The script bench/NAME.py as a module, for tests that run a sample of it."""
+    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"tessel_bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,19 +1,17 @@
 """`bench/search.py --write` replaces only a Search section it wrote itself."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from .helpers import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_search", ROOT / "bench" / "search.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("search")
 
 
 def test_write_replaces_its_own_section_and_keeps_the_others(tmp_path):

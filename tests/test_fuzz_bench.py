@@ -2,17 +2,15 @@
 errors or results, never a traceback, never an input over the time limit."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from .helpers import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _fuzz():
-    spec = importlib.util.spec_from_file_location("tessel_bench_fuzz", ROOT / "bench" / "fuzz.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("fuzz")
 
 
 def test_fuzz_sample_has_no_tracebacks_and_no_slow_inputs():
