@@ -14,6 +14,7 @@ from tessel_dsl.ir import Block, Edge, Kind, Spec
 from tessel_dsl.schedule import Repetend
 from tessel_dsl.search import driver
 from tessel_dsl.search.modulo import solve_period
+from tessel_dsl.search.period_walk import cyclic_nr_limit
 from tessel_dsl.search.repetend import Counters, enumerate_search
 from tests.helpers import vshape
 from tests.test_lower import mshape
@@ -46,7 +47,7 @@ def unrolled_peak(spec: Spec, rep: Repetend, microbatches: int | None = None) ->
 
 def first_feasible(spec: Spec, solver: str, stop: int = 40) -> Repetend:
     """The driver's scan: the first period from the lower bound up that the cyclic model accepts."""
-    limit = driver.cyclic_nr_limit(spec)
+    limit = cyclic_nr_limit(spec)
     for period in range(lower_bound(spec), stop):
         status, rep = solve_period(spec, period, limit, solver, None)
         if status == "optimal":
@@ -104,14 +105,14 @@ def test_memory_below_one_microbatch_is_infeasible_at_any_period(solver):
     # repetend however long the period.
     spec = looped(2, 2, 1)
     generous = 4 * sum(b.time for b in spec.blocks)
-    assert solve_period(spec, generous, driver.cyclic_nr_limit(spec), solver, None) == ("infeasible", None)
+    assert solve_period(spec, generous, cyclic_nr_limit(spec), solver, None) == ("infeasible", None)
 
 
 @pytest.mark.parametrize("solver", ["cpsat", "z3"])
 @pytest.mark.parametrize("memory", [1, 2, 3])
 def test_enumeration_respects_memory(solver, memory):
     spec = vshape(devices=3, memory=memory, fwd=1, bwd=2)
-    rep, complete = enumerate_search(spec, lower=1, upper=40, max_nr=driver.cyclic_nr_limit(spec), solver=solver,
+    rep, complete = enumerate_search(spec, lower=1, upper=40, max_nr=cyclic_nr_limit(spec), solver=solver,
                                      deadline=lambda: None, counters=Counters(), accept=lambda r: True)
     assert rep is not None and complete
     assert max(unrolled_peak(spec, rep)) <= memory

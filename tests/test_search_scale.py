@@ -17,6 +17,7 @@ from tessel_dsl.validate import validate
 from tests.helpers import vshape
 
 search_mod = importlib.import_module("tessel_dsl.search.driver")
+cyclic_nr_limit = importlib.import_module("tessel_dsl.search.period_walk").cyclic_nr_limit
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
@@ -28,7 +29,7 @@ def test_mshape_d8_period_is_settled():
     # M=6 cannot hold the ~5 periods one micro-batch needs below P=10 with E/EB on every device.
     spec = _spec("mshape", 8)
     assert cut_block(spec) is not None
-    limit = search_mod.cyclic_nr_limit(spec)
+    limit = cyclic_nr_limit(spec)
     assert solve_period(spec, 9, limit, "cpsat", None)[0] == "infeasible"
     status, rep = solve_period(spec, 10, limit, "cpsat", None)
     assert status == "optimal" and rep.period == 10
@@ -50,7 +51,7 @@ def test_nnshape_d8_reaches_a_period_far_below_1f1b_plus():
 
 def test_cyclic_feasibility_is_monotone_in_the_period():
     spec = _spec("nnshape", 4)
-    limit = search_mod.cyclic_nr_limit(spec)
+    limit = cyclic_nr_limit(spec)
     status, rep = solve_period(spec, 8, limit, "cpsat", None)
     assert status == "optimal"
     offsets = {s.block: s.mb for s in rep.slots}

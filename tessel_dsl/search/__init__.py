@@ -11,6 +11,7 @@ chaincycle  k-copy repetends of a memory-bound chain from one small cyclic model
 clock       the user's wall-clock limit and the time unit notes speak in
 repetend    repetend construction by enumerating offsets (paper §4.1)
 modulo      repetend construction with one cyclic model per period
+period_walk  the smallest period: a floor, then galloping and bisection over the cyclic model
 construct   a repetend at the period bound without a solver (modulo list scheduling)
 completion  time-optimal warmup and cooldown for a repetend (paper §4.2)
 periodic    warmup and cooldown read off the periodic schedule (completion checks, no solver)

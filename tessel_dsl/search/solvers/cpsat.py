@@ -39,48 +39,51 @@ def run_model(model, *, effort: float | None, time_limit: float | None) -> tuple
 
 
 def _add_memory(m, problem: Problem, starts: list, anchor, horizon: int) -> tuple[bool, bool]:
-    """Each device's memory as one cumulative over what groups hold (`holding.py`), or as a
-    reservoir where no task there has a group. Returns (can fit, some cumulative was used); it
-    cannot fit when a device's constant part alone exceeds its capacity."""
+    """Each device's memory: one cumulative over what groups hold (`holding.py`) when some task
+    has a group, else a reservoir. Returns (can fit, a cumulative was used); it cannot fit when a
+    device's fixed part alone exceeds its capacity."""
+    if any(t.group is not None for t in problem.tasks):
+        return _add_holds(m, problem, starts, anchor, horizon)
+    for d in problem.memory_devices():
+        # No grouping known: CP-SAT's reservoir states the running sum directly (a cumulative of
+        # one-task holds was measured no faster, and the repetend models use this path).
+        init = problem.init_mem(d)
+        if init > problem.cap(d):
+            return False, False
+        on = [i for i in problem.on_device(d) if problem.tasks[i].memory]
+        times = [starts[i] for i in on]
+        changes = [problem.tasks[i].memory for i in on]
+        if init:
+            # The initial level is an event no later than any task (starts are >= 0).
+            times.append(m.new_constant(-1) if anchor is None else anchor - 1)
+            changes.append(init)
+        floor = -sum(abs(c) for c in changes) - 1
+        m.add_reservoir_constraint(times, changes, min(floor, 0), max(problem.cap(d), 0))
+    return True, False
+
+
+def _add_holds(m, problem: Problem, starts: list, anchor, horizon: int) -> tuple[bool, bool]:
+    """Memory as held intervals, one cumulative per device: (can fit, a cumulative was used)."""
     from tessel_dsl.search.solvers.holding import holdings
 
-    longest = max((t.duration for t in problem.tasks), default=0)
-    low, high = -4 * horizon - longest - 1, 4 * horizon + longest + 1  # before / after every start
+    # Times before / after every start (pinned tasks sit at anchor + fixed).
+    margin = max((t.duration for t in problem.tasks), default=0) + 1
     if anchor is not None:
-        low -= max((abs(t.fixed) for t in problem.tasks if t.fixed is not None), default=0)
-        high += max((abs(t.fixed) for t in problem.tasks if t.fixed is not None), default=0)
-    held = False
+        margin += max((abs(t.fixed) for t in problem.tasks if t.fixed is not None), default=0)
+    low, high = -4 * horizon - margin, 4 * horizon + margin
+    used = False
     for d, (constant, holds) in holdings(problem).items():
-        on = [i for i in problem.on_device(d) if problem.tasks[i].memory]
-        if all(problem.tasks[i].group is None for i in on):
-            # No grouping known: CP-SAT's reservoir states the running sum directly (a cumulative
-            # of one-task holds was measured no faster, and the repetend models use this path).
-            init = problem.init_mem(d)
-            if init > problem.cap(d):
-                return False, held
-            times = [starts[i] for i in on]
-            changes = [problem.tasks[i].memory for i in on]
-            if init:
-                # The initial level is an event no later than any task (starts are >= 0).
-                times.append(m.new_constant(-1) if anchor is None else anchor - 1)
-                changes.append(init)
-            floor = -sum(abs(c) for c in changes) - 1
-            m.add_reservoir_constraint(times, changes, min(floor, 0), max(problem.cap(d), 0))
-            continue
         room = problem.cap(d) - constant
         if room < 0:
-            return False, held
-        intervals, demands = [], []
-        for h in holds:
-            begin = starts[h.since] if h.since is not None else low
-            end = starts[h.until] if h.until is not None else high
-            size = m.new_int_var(0, high - low, "")
-            intervals.append(m.new_interval_var(begin, size, end, ""))
-            demands.append(h.amount)
+            return False, used
+        intervals = [m.new_interval_var(starts[h.since] if h.since is not None else low,
+                                        m.new_int_var(0, high - low, ""),
+                                        starts[h.until] if h.until is not None else high, "")
+                     for h in holds]
         if intervals:
-            m.add_cumulative(intervals, demands, room)
-            held = True
-    return True, held
+            m.add_cumulative(intervals, [h.amount for h in holds], room)
+            used = True
+    return True, used
 
 
 def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limit: float | None = None,
