@@ -7,17 +7,18 @@ X-shape D=4 N=8, 128 tasks: 0.35 units of deterministic time to prove that nothi
 The same level is a sum of held amounts over intervals, which a cumulative constraint checks with
 timetabling and energy reasoning (0.15 units on that solve):
 
-- take the memory tasks of a group (one micro-batch) on ``d`` in an order the precedences enforce,
-  ``a_1 .. a_k`` with ``start[a_1] <= ... <= start[a_k]``, and their running sums ``P_0 = 0, P_1,
-  .. P_k`` (the group's own change to the level after each of them);
-- with ``low = min P_j`` the group holds ``P_j - low >= 0`` from ``start[a_j]`` to ``start[a_{j+1}]``
+- split the memory tasks of a group (one micro-batch) on ``d`` into chains whose order the
+  precedences enforce, ``a_1 .. a_k`` with ``start[a_1] <= ... <= start[a_k]`` (`_chains`: a
+  task that frees memory joins the chain of the one that took it), and take each chain's running
+  sums ``P_0 = 0, P_1, .. P_k`` (its own change to the level after each of its tasks);
+- with ``low = min P_j`` the chain holds ``P_j - low >= 0`` from ``start[a_j]`` to ``start[a_{j+1}]``
   (``-low`` before ``a_1``, ``P_k - low`` after ``a_k``), and ``low`` is a constant part of the
-  level: ``level(t) = initial + sum of low over groups + sum of the held amounts at t``, which is
+  level: ``level(t) = initial + sum of low over chains + sum of the held amounts at t``, which is
   the original sum term by term.
 
-A task whose group's order is not enforced by the precedences (or with no group) is a group of its
-own, for which the identity holds trivially; so the grouping only changes how tightly the same
-constraint is stated, never what it allows.
+Any split into enforced chains gives the same level; a task with no group, or none it can follow,
+is a chain of its own, for which the identity holds trivially. So the grouping only changes how
+tightly the same constraint is stated, never what it allows.
 """
 from __future__ import annotations
 
