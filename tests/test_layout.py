@@ -20,23 +20,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# source folder -> installed package name
-ROOTS = {"tessel_dsl": "tessel_dsl", "simulator": "tessel_dsl.simulator", "executor": "tessel_dsl.executor"}
 
 CORE = ("errors", "units", "fileio", "limits", "ir", "analysis", "schedule", "validate", "program", "serialize", "lower",
-        "plan", "plan_check", "grammar")
+        "plan", "plan_check")
 GROUPS = {"lang": 1, "search": 1, "report": 2, "interop": 2, "simulator": 3, "executor": 3, "tools": 4, "cli": 4}
 INDEPENDENT = ({"lang", "search"}, {"simulator", "executor"})
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for folder, package in ROOTS.items():
-        for path in (REPO / folder).rglob("*.py"):
-            rel = path.relative_to(REPO / folder).with_suffix("").parts
-            if rel[-1] == "__init__":
-                rel = rel[:-1]
-            found[".".join((package, *rel))] = path
+    for path in (REPO / "tessel_dsl").rglob("*.py"):
+        rel = path.relative_to(REPO).with_suffix("").parts
+        if rel[-1] == "__init__":
+            rel = rel[:-1]
+        found[".".join(rel)] = path
     return found
 
 

@@ -1,6 +1,6 @@
 """The `.tsl` language: text -> syntax tree -> evaluated values -> checked IR `Spec`.
 
-parser     grammar (grammar/tessel.lark) and the entry points `parse`, `parse_file`
+parser     grammar (tessel_dsl/grammar/tessel.lark) and the entry points `parse`, `parse_file`
 syntax     the syntax tree's node types;  tree: lark tree -> syntax tree
 values     expressions, quantities and name templates;  blocks: block declarations and chains
 evaluate   the statement evaluator (loops, shapes, includes, header lines, expectations)

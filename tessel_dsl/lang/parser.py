@@ -52,11 +52,8 @@ class _BadIndent(Exception):
 
 
 def grammar_text() -> str:
-    """The grammar, from the installed package or, in a source checkout, from `grammar/`."""
-    try:
-        return (importlib.resources.files("tessel_dsl.grammar") / "tessel.lark").read_text()
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):
-        return (Path(__file__).resolve().parents[2] / "grammar" / "tessel.lark").read_text()
+    """The grammar, `tessel_dsl/grammar/tessel.lark` (package data, shipped by an install)."""
+    return (importlib.resources.files("tessel_dsl") / "grammar" / "tessel.lark").read_text()
 
 
 def lark_parser() -> Lark:
