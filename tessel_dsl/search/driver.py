@@ -15,7 +15,7 @@ Every schedule returned has passed `validate.validate`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 from tessel_dsl.analysis import lower_bound, microbatch_memory
@@ -35,6 +35,7 @@ from tessel_dsl.search.membound import memory_period_bound
 from tessel_dsl.search.modulo import POLISH_EFFORT
 from tessel_dsl.search.period_walk import modulo_search
 from tessel_dsl.search.repetend import Counters, enumerate_search, make_repetend, nr_limit, repetend_problem, serial_repetend
+from tessel_dsl.search.result import Progress, SearchResult
 from tessel_dsl.search.solvers import Objective, resolve, solve
 from tessel_dsl.search.timescale import divide_spec, scale_schedule, time_unit
 from tessel_dsl.units import capacity_in, memory_in
@@ -42,28 +43,6 @@ from tessel_dsl.validate import validate
 
 METHODS = ("enumerate", "modulo")
 DEFAULT_METHOD = "modulo"  # measured faster (docs/search.md)
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A snapshot for live displays: what the search is doing right now."""
-
-    phase: str
-    lower_bound: int
-    period: int = 0
-    nr: int = 0
-    best: int | None = None
-    tried: int = 0
-    pruned: int = 0
-    elapsed: float = 0.0
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """The searched schedule (warmup/repetend/cooldown filled when a repetend exists) and how."""
-
-    schedule: Schedule
-    info: SearchInfo
 
 
 def _check_inputs(spec: Spec, n: int, method: str) -> None:
