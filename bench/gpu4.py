@@ -52,7 +52,7 @@ def specs(devices: int):
 
 def measured_costs(spec, seconds: dict[str, float]):
     """`spec` with the block times a run measured, as `tessel profile --from-run` writes them."""
-    from tessel_dsl.interop.profile import apply_measurements, measurements_from_run
+    from tessel_dsl.interop.profiled_spec import apply_measurements, measurements_from_run
 
     return apply_measurements(spec, measurements_from_run(spec, seconds))
 

@@ -76,7 +76,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "parse": "tessel_dsl.lang.parser",
     "parse_file": "tessel_dsl.lang.parser",
-    "check": "tessel_dsl.lang.check",
+    "check": "tessel_dsl.lang.spec_check",
     "search": "tessel_dsl.search.driver",
     "lower": "tessel_dsl.lower",
     "validate": "tessel_dsl.validate",

@@ -4,7 +4,7 @@ Layers, lowest first (docs/architecture.md draws them):
 
     0  core        errors, units, fileio, ir, analysis, schedule, validate, program, serialize, lower, plan
     1  lang        .tsl text -> Spec            search   Spec -> Schedule (and the baselines)
-    2  report      timelines, traces, tables    interop  torch CSV, profiled .tsl
+    2  views       timelines, traces, tables    interop  torch CSV, profiled .tsl
     3  simulator   SimPy run of the programs    executor torch.distributed run of the programs
     4  tools, cli  workflows that join every layer
 
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 CORE = ("errors", "units", "fileio", "limits", "ir", "analysis", "schedule", "validate", "program", "serialize", "lower",
         "plan", "plan_check")
-GROUPS = {"lang": 1, "search": 1, "report": 2, "interop": 2, "simulator": 3, "executor": 3, "tools": 4, "cli": 4}
+GROUPS = {"lang": 1, "search": 1, "views": 2, "interop": 2, "simulator": 3, "executor": 3, "tools": 4, "cli": 4}
 INDEPENDENT = ({"lang", "search"}, {"simulator", "executor"})
 
 

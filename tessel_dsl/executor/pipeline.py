@@ -8,7 +8,7 @@ for tokens, labels in loader:
     opt.step(); opt.zero_grad()
 ```
 
-Run one process per rank (``torchrun``, or `tessel_dsl.executor.ranks.run_ranks`). With R x D
+Run one process per rank (``torchrun``, or `tessel_dsl.executor.local_ranks.run_ranks`). With R x D
 ranks for a D-device plan, ranks form a 2-D DeviceMesh ``("dp", "pp")``: replica k runs the plan on
 ranks ``k*D .. k*D+D-1``, and after each step every parameter's gradient is averaged over the
 replicas that hold it. Every rank of a replica must be given the same batch (each replica its own).
@@ -96,7 +96,7 @@ class Pipeline:
         if not dist.is_initialized():
             if "RANK" not in os.environ:
                 raise ExecutionError("no process group: start the ranks with torchrun or "
-                                     "tessel_dsl.executor.ranks.run_ranks")
+                                     "tessel_dsl.executor.local_ranks.run_ranks")
             backend, bind = ("nccl", None) if torch.cuda.is_available() else ("gloo", None)
             if backend == "nccl":
                 bind = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))

@@ -6,5 +6,5 @@ values     expressions, quantities and name templates;  blocks: block declaratio
 context    what blocks and memory lines need from the evaluator;  memory: `memory ... on DEVICES`
 evaluate   the statement evaluator (loops, shapes, includes, header lines, expectations)
 derive     mirrored backward blocks (`derive backward`) and the inference projection
-check      semantic checks of a `Spec` (also for specs built in Python)
+spec_check semantic checks of a `Spec` (also for specs built in Python)
 """

@@ -273,7 +273,7 @@ def _check_statement_length(text: str, file: str) -> None:
 
 def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
     """Evaluate a parsed module into a checked Spec (raises SpecError with every problem)."""
-    from tessel_dsl.lang.check import diagnose
+    from tessel_dsl.lang.spec_check import diagnose
     from tessel_dsl.lang.evaluate import Evaluator
 
     load_diags: list[Diagnostic] = []
