@@ -22,6 +22,8 @@ from tessel_dsl.errors import Diagnostic, Location, SpecError, TesselError, TslS
 from tessel_dsl.ir import Block, Edge, Mode, Spec
 from tessel_dsl.limits import MAX_SPEC_BYTES, MAX_STATEMENT_CHARS
 
+__all__ = ["parse", "parse_file"]
+
 _PARSER: Lark | None = None
 # Options fixed with the grammar (and so in the shipped tables); the per-process ones, postlex and
 # propagate_positions, are given when the tables are loaded, as lark allows.

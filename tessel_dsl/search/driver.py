@@ -41,6 +41,8 @@ from tessel_dsl.search.timescale import divide_spec, scale_schedule, time_unit
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
 
+__all__ = ["METHODS", "Progress", "SearchResult", "search"]
+
 METHODS = ("enumerate", "modulo")
 DEFAULT_METHOD = "modulo"  # measured faster (docs/search.md)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from tessel_dsl.ir import Spec
 from tessel_dsl.interop.profiled_spec import Measurement
 
+__all__ = ["profile_spec"]
+
 
 def profile_spec(spec, model, *, device=None, repeats: int = 10, warmup: int = 3, model_args: dict | None = None,
                  time_resolution: float | None = None, capacity_bytes: int | None = None,
