@@ -2,6 +2,7 @@
 
 driver      the search end to end (paper Algorithm 1): bounds, repetend, completion, extension
 result      what a search returns (`SearchResult`) and reports while it runs (`Progress`)
+notes       what the search says about its answer, as data (a kind and values), and its wording
 finish      finishing for one N (baseline orders, end re-solve); re-extending a plan to another N
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
