@@ -399,10 +399,12 @@ class Pipeline:
         all ranks call it together."""
         save_checkpoint(self, path, optimizer, step)
 
-    def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None) -> int:
+    def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None, *,
+             trusted: bool = False) -> int:
         """Load a checkpoint written by `save` for the same plan and mapping; returns its step.
-        Checked on every rank before anything is read."""
-        return load_checkpoint(self, path, optimizer)
+        Checked on every rank before anything is read. Only DCP's metadata classes and plain data
+        are unpickled unless `trusted` (DCP's own loader, which runs whatever the files name)."""
+        return load_checkpoint(self, path, optimizer, trusted)
 
 
 class _Stage:

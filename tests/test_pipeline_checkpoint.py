@@ -1,0 +1,134 @@
+"""`Pipeline.save` / `Pipeline.load`: a run resumed in a fresh launch (a new process group, other
+initial weights, an optimizer built with other settings) continues exactly as the run that saved
+did without stopping, for every shape `Pipeline` runs and a Hugging Face model; a checkpoint resumes
+on another number of data-parallel replicas; damaged, foreign and planted checkpoints are refused
+with one clear message on every rank, and nothing in them is unpickled beyond DCP's metadata and
+plain data."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
+
+from . import checkpoint_support as cs  # noqa: E402
+from . import pipeline_support as ps  # noqa: E402
+from .executor_support import plan_for  # noqa: E402
+
+STEPS, SAVE = 4, 2  # save after 2 of 4 steps
+
+
+def shipped(name: str, **sets):
+    from pathlib import Path
+
+    from tessel_dsl.lang.parser import parse_file
+
+    spec = Path(__file__).resolve().parent.parent / "specs" / f"{name}.tsl"
+    return ps.searched_plan(parse_file(spec, {k: str(v) for k, v in sets.items()}))
+
+
+def two_rank_cases() -> list[dict]:
+    vplan = plan_for(ps.vshape(2, 2), "1f1b", 2)
+    x, y = ps.batches(64, 1, 4, 8)[0]
+    interleaved = shipped("interleaved", D=2, C=2, N=2)
+    zbv = shipped("zerobubble", D=2, C=2, N=2)
+    return [
+        cs.gpt_case("V", vplan),
+        cs.gpt_case("M", plan_for(ps.mshape(2, 2), "1f1b+", 2)),  # E on both ranks, replicated
+        cs.gpt_case("interleaved", interleaved, "sgd", blocks=cs.chain_blocks(interleaved.spec)),
+        cs.gpt_case("ZB-V", zbv, blocks=cs.chain_blocks(zbv.spec)),  # device 0 holds the first and last stage
+        cs.case("K", plan_for(ps.shapes.kshape(2, microbatches=2, memory=8), "gpipe", 2), cs.seeded(ps.TwoTower),
+                ps.F.cross_entropy, ps.TWO_TOWER_BLOCKS, ps.two_tower_batches(STEPS, 4), "sgd"),
+        cs.case("diamond", plan_for(ps.diamond_spec(), "gpipe", 2), cs.seeded(ps.Diamond), ps.F.cross_entropy,
+                ps.DIAMOND_BLOCKS, [(x, y[:, 0] % 5)] * STEPS),
+        cs.case("GPT-2", vplan, cs.gpt2, ps.llama_loss, cs.GPT2_BLOCKS, ps.batches(96, STEPS, 4, 8)),
+    ]
+
+
+def same(got: dict, want: dict, where: str, rel: float = 0.0) -> None:
+    """Snapshots equal: bit for bit, or within `rel` of each tensor's norm."""
+    for part in ("params", "state", "groups"):
+        assert got[part].keys() == want[part].keys(), (where, part)
+    assert got["groups"] == want["groups"], where
+    for part in ("params", "state"):
+        for name, w in want[part].items():
+            pairs = [(name, got[part][name], w)] if part == "params" else \
+                [(f"{name}.{k}", got[part][name][k], v) for k, v in w.items()]
+            if part == "state":
+                assert got[part][name].keys() == w.keys(), (where, name)
+            for what, a, b in pairs:
+                if rel == 0.0:
+                    assert torch.equal(a, b), (where, what, float((a.double() - b.double()).abs().max()))
+                else:
+                    err = float((a.double() - b.double()).norm() / max(float(b.double().norm()), 1e-12))
+                    assert err <= rel, (where, what, err)
+
+
+@pytest.fixture(scope="module")
+def saved_on_two(tmp_path_factory):
+    """Every two-rank case trained for 4 steps, saved after 2."""
+    root = tmp_path_factory.mktemp("ck2")
+    cases = two_rank_cases()
+    return cases, root, run_ranks(cs.run_cases, 2, cases, root, SAVE, False, timeout=600)
+
+
+def test_every_shape_resumes_in_a_fresh_launch_as_if_uninterrupted(saved_on_two):
+    # The optimizer state is flattened per parameter: unflattened, a V-shape resume lost AdamW's
+    # betas (KeyError at the first step) or SGD's momentum, each rank having loaded the other
+    # rank's parameter groups.
+    cases, root, whole = saved_on_two
+    rest = run_ranks(cs.run_cases, 2, cases, root, None, True, timeout=600)
+    for rank in range(2):
+        for c in cases:
+            name, w, r = c["name"], whole[rank][c["name"]], rest[rank][c["name"]]
+            where = f"{name}, rank {rank}"
+            assert r["start"] == SAVE and len(w["losses"]) == STEPS and len(r["losses"]) == STEPS - SAVE, where
+            assert w["marked"]["params"] and all(w["marked"]["state"].values()), where  # state to restore
+            same(r["marked"], w["marked"], where + ", just after the load")
+            assert r["losses"] == w["losses"][SAVE:], where
+            same(r["final"], w["final"], where + ", at the end")
+    # What the resumed optimizer was built with, replaced by the checkpoint's groups.
+    groups = rest[0]["V"]["final"]["groups"]["embed.weight"]
+    assert groups["lr"] == 1e-2 and groups["betas"] == (0.9, 0.95) and groups["weight_decay"] == 0.1
+    assert rest[1]["K"]["final"]["groups"]["cls.weight"]["momentum"] == 0.9
+
+
+def test_a_two_rank_checkpoint_resumes_on_two_replicas(saved_on_two):
+    # DCP reshards: each replica's ranks read the pipeline ranks' parameters and state; with the
+    # batch split over the replicas the losses are those of the run that saved (equal-sized
+    # micro-batches, so the mean of their means is the same) up to rounding. AdamW turns the
+    # rounding of a gradient that is zero in exact arithmetic (an attention key's bias) into a
+    # step of up to lr, hence 1e-3 on the parameters two steps later.
+    cases, root, whole = saved_on_two
+    picked = [c for c in cases if c["name"] in ("V", "GPT-2")]
+    rest = run_ranks(cs.run_cases, 4, picked, root, None, True, 2, timeout=600)
+    for rank in range(4):
+        for c in picked:
+            r = rest[rank][c["name"]]
+            w = whole[r["pp_rank"]][c["name"]]
+            where = f"{c['name']}, rank {rank} of 2 x 2"
+            same(r["marked"], w["marked"], where + ", just after the load")
+            assert r["losses"] == pytest.approx(w["losses"][SAVE:], rel=1e-6, abs=0), where
+            same(r["final"], w["final"], where + ", at the end", rel=1e-3)
+
+
+def test_a_two_by_two_checkpoint_with_sharded_blocks_resumes_on_two_by_two_and_on_one_replica(tmp_path):
+    # 2 pipeline x 2 data-parallel ranks with DTensor-sharded E and H: the checkpoint holds
+    # shards, plain stage parameters (one copy per replica) and AdamW state.
+    plan = ps.searched_plan(ps.shapes.mshape(2, microbatches=2, head=True))
+    cases = [cs.gpt_case("M-tp", plan, rows=8)]
+    whole = run_ranks(cs.run_cases, 4, cases, tmp_path, SAVE, False, 2, timeout=600)
+    again = run_ranks(cs.run_cases, 4, cases, tmp_path, None, True, 2, timeout=600)
+    for rank in range(4):
+        w, r = whole[rank]["M-tp"], again[rank]["M-tp"]
+        same(r["marked"], w["marked"], f"rank {rank}, just after the load")
+        assert r["losses"] == w["losses"][SAVE:]
+        same(r["final"], w["final"], f"rank {rank}, at the end")
+    assert whole[0]["M-tp"]["marked"]["params"]["embed.weight"].shape == (256, 32)  # a shard
+    one = run_ranks(cs.run_cases, 2, cases, tmp_path, None, True, 1, timeout=600)
+    for rank in range(2):
+        w, r = whole[rank]["M-tp"], one[rank]["M-tp"]
+        same(r["marked"], w["marked"], f"rank {rank} of one replica, just after the load")
+        assert r["losses"] == pytest.approx(w["losses"][SAVE:], rel=1e-6, abs=0)
+        same(r["final"], w["final"], f"rank {rank} of one replica, at the end", rel=1e-3)
