@@ -6,6 +6,8 @@ with one clear message on every rank, and nothing in them is unpickled beyond DC
 plain data."""
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -132,3 +134,44 @@ def test_a_two_by_two_checkpoint_with_sharded_blocks_resumes_on_two_by_two_and_o
         same(r["marked"], w["marked"], f"rank {rank} of one replica, just after the load")
         assert r["losses"] == pytest.approx(w["losses"][SAVE:], rel=1e-6, abs=0)
         same(r["final"], w["final"], f"rank {rank} of one replica, at the end", rel=1e-3)
+
+
+def test_the_safe_metadata_reader_refuses_a_planted_payload_that_plain_unpickling_runs(tmp_path):
+    from tessel_dsl.executor.checkpoint_safe import UnsafeCheckpoint, read_metadata
+
+    marker = tmp_path / "ran"
+    planted = pickle.dumps(cs.Payload(str(marker)))
+    with pytest.raises(UnsafeCheckpoint, match="names pathlib.Path.touch"):
+        read_metadata(planted)
+    assert not marker.exists()
+    pickle.loads(planted)  # what DCP's own reader does with it
+    assert marker.exists()
+
+
+def test_the_safe_planner_loads_plain_values_and_refuses_a_planted_one(tmp_path):
+    # Non-tensor values (an optimizer group's betas, say) are pickles too; DCP's default planner
+    # loads them with weights_only=False.
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from tessel_dsl.executor.checkpoint_safe import SafePlanner, SafeReader, UnsafeCheckpoint
+
+    marker = tmp_path / "ran"
+    dcp.save({"a": {"betas": (0.9, 0.95), "lr": 1e-2, "w": torch.ones(3)}}, checkpoint_id=str(tmp_path / "good"),
+             no_dist=True)
+    dcp.save({"a": {"betas": cs.Payload(str(marker)), "w": torch.ones(3)}}, checkpoint_id=str(tmp_path / "bad"),
+             no_dist=True)
+    state = {"a": {"betas": None, "lr": None, "w": torch.zeros(3)}}
+    dcp.load(state, storage_reader=SafeReader(str(tmp_path / "good")), planner=SafePlanner(), no_dist=True)
+    assert state["a"]["betas"] == (0.9, 0.95) and state["a"]["lr"] == 1e-2 and torch.equal(state["a"]["w"], torch.ones(3))
+    with pytest.raises(CheckpointException) as err:  # DCP gathers each rank's error
+        dcp.load({"a": {"betas": None, "w": torch.zeros(3)}}, storage_reader=SafeReader(str(tmp_path / "bad")),
+                 planner=SafePlanner(), no_dist=True)
+    failure = err.value.failures[0][0]
+    assert isinstance(failure, UnsafeCheckpoint), err.value
+    assert str(failure) == ("value 'a.betas' is not plain data (WeightsUnpickler error: Unsupported global: "
+                                   "GLOBAL getattr was not an allowed global by default)")
+    assert not marker.exists()
+    dcp.load({"a": {"betas": None, "w": torch.zeros(3)}}, checkpoint_id=str(tmp_path / "bad"), no_dist=True)
+    assert marker.exists()  # DCP's default planner runs it
+
