@@ -342,9 +342,10 @@ class Pipeline:
         for i, x in enumerate(leaves):
             if isinstance(x, torch.Tensor):
                 rows = x.shape[0] if x.dim() else 0
-                if x.dim() == 0 or rows % self.n:
+                if x.dim() == 0 or rows % self.n or rows == 0:  # 0 rows would train to a NaN loss
                     raise ExecutionError(f"a batch of {rows} rows does not split into the plan's {self.n} "
-                                         f"micro-batches (every input and target tensor is split on dim 0)")
+                                         f"micro-batches of at least one row (every input and target tensor "
+                                         f"is split on dim 0)")
         chunks = [x.to(self.device).chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n
                   for x in leaves]
         self.mbs = [pytree.tree_unflatten([c[mb] for c in chunks], spec) for mb in range(self.n)]

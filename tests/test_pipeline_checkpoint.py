@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
 
 from . import checkpoint_support as cs  # noqa: E402
@@ -134,6 +135,50 @@ def test_a_two_by_two_checkpoint_with_sharded_blocks_resumes_on_two_by_two_and_o
         same(r["marked"], w["marked"], f"rank {rank} of one replica, just after the load")
         assert r["losses"] == pytest.approx(w["losses"][SAVE:], rel=1e-6, abs=0)
         same(r["final"], w["final"], f"rank {rank} of one replica, at the end", rel=1e-3)
+
+
+REFUSALS = {
+    "missing directory": r"nowhere: no such checkpoint directory$",
+    "a file": r"a-file: not a checkpoint directory",
+    "no info file": r"noinfo: not a Tessel checkpoint: it has no tessel-plan.json",
+    "info not json": r"badjson/tessel-plan.json: unreadable \(Expecting property name",
+    "info a list": r"list/tessel-plan.json: not a Tessel checkpoint's info",
+    "forged fingerprint": r"other: written for plan 'vshape' with blocks .*not this plan \('vshape', 1f1b\)",
+    "other schedule": r"good: written for plan 'vshape' .*not this plan \('vshape', gpipe\) and mapping",
+    "earlier format": r"old: its optimizer state was saved by an earlier version.*load the model alone",
+    "no optimizer state": r"wide: holds no optimizer state$",
+    "no metadata": r"nometa: the checkpoint's .metadata file is missing",
+    "truncated metadata": r"halfmeta/.metadata: unreadable \(UnpicklingError",
+    "missing data file": r"nodata: loading the checkpoint failed: rank 1: a data file is missing \(__1_0.distcp\)$",
+    "truncated data file": r"halfdata: loading the checkpoint failed: rank 0: RuntimeError: PytorchStreamReader "
+                           r"failed reading zip archive: failed finding central directory \(a damaged data file\?\)$",
+    "other sizes": r"wide: loading the checkpoint failed: rank 0: Size mismatch between saved torch.Size\(\[512, 48\]\) "
+                   r"and current: torch.Size\(\[512, 32\]\) for model.embed.weight \(the checkpoint is of a model of "
+                   r"other sizes\); ranks 0, 1 failed$",
+    "other optimizer": r"good: loading the checkpoint failed: rank 0: Missing key in checkpoint state_dict: "
+                       r"optim.param_groups.embed.weight.momentum: the checkpoint is of another model or optimizer",
+    "planted payload": r"planted/.metadata: refused, it names pathlib.Path.touch, which DCP metadata never holds: "
+                       r"loading it would run code from the checkpoint. Load only checkpoints you wrote yourself "
+                       r"with trusted=True$",
+    "save onto a file": r"a-file: cannot save a checkpoint there: it is a file, not a directory$",
+    "empty batch": r"^ExecutionError: a batch of 0 rows does not split into the plan's 2 micro-batches of at least "
+                   r"one row",
+}
+
+
+def test_damaged_foreign_and_planted_checkpoints_and_an_empty_batch_are_refused_with_a_message(tmp_path):
+    import re
+
+    plan = plan_for(ps.vshape(2, 2), "1f1b", 2)
+    got = run_ranks(cs.refusals, 2, plan, plan_for(ps.vshape(2, 2), "gpipe", 2), tmp_path, timeout=600)
+    assert got[0] == got[1]  # every rank refuses alike (and none is left waiting in a collective)
+    out = got[0]
+    assert out.pop("good") == "ok" and out.pop("payload ran") == "False"
+    assert out.keys() == REFUSALS.keys()
+    for case, pattern in REFUSALS.items():
+        assert out[case].startswith("ExecutionError: "), (case, out[case])
+        assert re.search(pattern, out[case]), (case, out[case])
+        assert "Traceback" not in out[case] and "\n" not in out[case], (case, out[case])
 
 
 def test_the_safe_metadata_reader_refuses_a_planted_payload_that_plain_unpickling_runs(tmp_path):
