@@ -124,7 +124,6 @@ def load_checkpoint(pipe, path: str | os.PathLike, optimizer: torch.optim.Optimi
     Checked on every rank before anything is read. Without `trusted`, nothing in the checkpoint
     is unpickled beyond DCP's metadata classes and plain data (`checkpoint_safe`)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
@@ -132,13 +131,10 @@ def load_checkpoint(pipe, path: str | os.PathLike, optimizer: torch.optim.Optimi
 
     path = Path(path)
     problem, info = None, {}
-    reader = FileSystemReader(str(path)) if trusted else SafeReader(str(path))
+    reader = SafeReader(str(path), trusted)
     try:
         info = _read_info(pipe, path, optimizer)
-        if not trusted:
-            reader.prefetch()
-        elif not (path / ".metadata").is_file():
-            raise FileNotFoundError
+        reader.prefetch()
     except ExecutionError as e:
         problem = str(e)
     except FileNotFoundError:

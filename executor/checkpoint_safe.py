@@ -62,19 +62,31 @@ def read_metadata(data: bytes) -> Metadata:
 
 
 class SafeReader(FileSystemReader):
-    """A FileSystemReader whose metadata is unpickled by `read_metadata`. `prefetch()` reads it
-    once ahead of `dcp.load`, so that an unreadable or unsafe file is reported by the caller
-    rather than inside DCP's collectives (which log a traceback and retry another file)."""
+    """A FileSystemReader whose metadata is unpickled by `read_metadata` (or, `trusted`, by
+    pickle as DCP does). `prefetch()` reads it once ahead of `dcp.load`, so that an unreadable or
+    unsafe file is reported by the caller rather than inside DCP's collectives (which log a
+    traceback and retry another file)."""
 
-    def __init__(self, path):
+    def __init__(self, path, trusted: bool = False):
         super().__init__(path)
         self._metadata: Metadata | None = None
+        self._trusted = trusted
 
     def prefetch(self) -> Metadata:
         path = self._get_metadata_path()
         with self.fs.create_stream(path, "rb") as f:
-            self._metadata = read_metadata(f.read())
-        return self._metadata
+            data = f.read()
+        if not self._trusted:
+            self._metadata = read_metadata(data)
+            return self._metadata
+        try:
+            md = pickle.loads(data)
+        except Exception as e:  # a truncated or garbled file
+            raise ValueError(f"unreadable ({type(e).__name__}: {e})") from None
+        if not isinstance(md, Metadata):
+            raise ValueError(f"holds a {type(md).__name__}, not DCP metadata")
+        self._metadata = md
+        return md
 
     def read_metadata(self, *args, **kwargs) -> Metadata:
         md = self._metadata if self._metadata is not None and kwargs.get("rank") is None else None

@@ -114,7 +114,7 @@ def run_cases(cases: list[dict], root, save_after: int | None, resume: bool, rep
 
 def refusals(plan, other, root) -> dict[str, str]:
     """Save a good checkpoint, then load damaged or foreign copies of it, and feed an empty
-    batch: each case's error (type and message), or "loaded" / "ran"."""
+    batch: each case's error (type and message), or the repr of what it returned."""
     import torch.distributed as dist
 
     from tessel_dsl.executor.pipeline import Pipeline
@@ -180,19 +180,21 @@ def refusals(plan, other, root) -> dict[str, str]:
         "other sizes": lambda: pipe.load(root / "wide"),
         "other optimizer": lambda: pipe.load(good, sgd),
         "planted payload": lambda: pipe.load(damaged("planted", plant), opt),
+        "payload ran": lambda: (root / "payload-ran").exists(),
+        "planted payload, trusted": lambda: pipe.load(root / "planted", opt, trusted=True),
+        "payload ran when trusted": lambda: (root / "payload-ran").exists(),
         "save onto a file": lambda: pipe.save(root / "a-file", opt),
         "empty batch": lambda: pipe.step(x[:0], y[:0]),
         "good": lambda: pipe.load(good, opt),
+        "good, trusted": lambda: pipe.load(good, opt, trusted=True),
     }
     out = {}
     for name, call in cases.items():
         try:
-            call()
-            out[name] = "ok"
+            out[name] = repr(call())
         except Exception as e:
             out[name] = f"{type(e).__name__}: {e}"
         dist.barrier()
-    out["payload ran"] = str((root / "payload-ran").exists())
     return out
 
 
