@@ -12,7 +12,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
 
 from . import checkpoint_support as cs  # noqa: E402
