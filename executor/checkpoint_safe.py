@@ -17,7 +17,7 @@ from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 _METADATA = "torch.distributed.checkpoint.metadata"
-# What DCP's FileSystemWriter pickles into `.metadata` (torch 2.4 .. 2.13): its dataclasses, the
+# What DCP's FileSystemWriter pickles into `.metadata` (read from torch 2.13): its dataclasses, the
 # tensor properties' dtype, layout and memory format, torch.Size, and the checkpoint's path.
 ALLOWED = {
     (_METADATA, name) for name in ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
