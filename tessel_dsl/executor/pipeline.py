@@ -342,9 +342,10 @@ class Pipeline:
         for i, x in enumerate(leaves):
             if isinstance(x, torch.Tensor):
                 rows = x.shape[0] if x.dim() else 0
-                if x.dim() == 0 or rows % self.n:
+                if x.dim() == 0 or rows % self.n or rows == 0:  # 0 rows would train to a NaN loss
                     raise ExecutionError(f"a batch of {rows} rows does not split into the plan's {self.n} "
-                                         f"micro-batches (every input and target tensor is split on dim 0)")
+                                         f"micro-batches of at least one row (every input and target tensor "
+                                         f"is split on dim 0)")
         chunks = [x.to(self.device).chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n
                   for x in leaves]
         self.mbs = [pytree.tree_unflatten([c[mb] for c in chunks], spec) for mb in range(self.n)]
@@ -399,10 +400,12 @@ class Pipeline:
         all ranks call it together."""
         save_checkpoint(self, path, optimizer, step)
 
-    def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None) -> int:
+    def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None, *,
+             trusted: bool = False) -> int:
         """Load a checkpoint written by `save` for the same plan and mapping; returns its step.
-        Checked on every rank before anything is read."""
-        return load_checkpoint(self, path, optimizer)
+        Checked on every rank before anything is read. Only DCP's metadata classes and plain data
+        are unpickled unless `trusted` (DCP's own loader, which runs whatever the files name)."""
+        return load_checkpoint(self, path, optimizer, trusted)
 
 
 class _Stage:
