@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
+from tessel_dsl.executor.local_ranks import run_ranks  # noqa: E402
 
 from . import checkpoint_support as cs  # noqa: E402
 from . import pipeline_support as ps  # noqa: E402
