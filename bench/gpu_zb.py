@@ -198,7 +198,7 @@ def split_check(res: dict) -> str:
 
 # -- there: the tables ------------------------------------------------------------------------------
 
-def run(out: str, only: set[str], steps: int, warmup: int) -> None:
+def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = True, tag: str = "") -> None:
     searched = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
     found = searched.get("plans", {})
     missing = [k for k, v in KEYS.items() if v[0] in only and not plan_file(k).exists()]
@@ -219,7 +219,7 @@ def run(out: str, only: set[str], steps: int, warmup: int) -> None:
             res[key] = {"error": f"{type(e).__name__}: {e}"}
             print(key, "FAILED", res[key]["error"], flush=True)
             s = None
-        with open(os.path.join(out, "gpu_zb_partial.json"), "w") as fh:
+        with open(os.path.join(out, f"gpu_zb{tag}_partial.json"), "w") as fh:
             json.dump(res, fh, indent=1)
         return s
 
@@ -227,11 +227,15 @@ def run(out: str, only: set[str], steps: int, warmup: int) -> None:
         if group not in only:
             continue
         m, model = margs(group), ("chain" if group == "chain" else "gpt")
-        kinds = ("1f1b",) if group == "gpt512k" else tuple(gpu8.TORCH)
-        rows = [(f"{group}_torch_{k}", f"{gpu8.TORCH[k][0]} (torch)", lambda k=k: gpu8.torch_row(model, k, D, m, **kw))
-                for k in kinds]
-        rows += [(key, f"{ROW_NAMES[how]}, {found.get(key, {}).get('source', '?')}",
-                  lambda key=key: gpu8.tessel_row(str(plan_file(key).relative_to(PLANS)), MODELS[model], m, 1, **kw))
+        kinds = (("1f1b",) if group == "gpt512k" else tuple(gpu8.TORCH)) if torch_rows else ()
+        def torch_fn(k, m=m, model=model):
+            return lambda: gpu8.torch_row(model, k, D, m, **kw)
+
+        def tessel_fn(key, m=m, model=model):
+            return lambda: gpu8.tessel_row(str(plan_file(key).relative_to(PLANS)), MODELS[model], m, 1, **kw)
+
+        rows = [(f"{group}_torch_{k}", f"{gpu8.TORCH[k][0]} (torch)", torch_fn(k)) for k in kinds]
+        rows += [(key, f"{ROW_NAMES[how]}, {found.get(key, {}).get('source', '?')}", tessel_fn(key))
                  for key, (g, _, how, _) in KEYS.items() if g == group]
         table, base, runs = [], None, []
         for key, name, fn in rows:
@@ -251,7 +255,9 @@ def run(out: str, only: set[str], steps: int, warmup: int) -> None:
             lines += [f"check: {group}: first-iteration losses agree within {tol:g} relative", ""]
     from gpu_common import write_results
 
-    write_results(out, "gpu_zb", res, "\n".join(lines))
+    res["p2p_max_ctas"] = os.environ.get("TESSEL_P2P_MAX_CTAS", "default")
+    lines.insert(1, f"TESSEL_P2P_MAX_CTAS={res['p2p_max_ctas']} (thread blocks of each point-to-point link)")
+    write_results(out, f"gpu_zb{tag}", res, "\n".join(lines))
     if any("CHECK FAILED" in x for x in lines) or any("error" in v for v in res.values() if isinstance(v, dict)):
         sys.exit(1)
 
@@ -265,6 +271,8 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS))
     ap.add_argument("--steps", type=int, default=3, help="measured iterations per row")
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured iterations first")
+    ap.add_argument("--no-torch", action="store_true", help="run: only the Tessel rows")
+    ap.add_argument("--tag", default="", help="run: suffix of the result files")
     args = ap.parse_args()
     only = set(args.only.split(","))
     if only - set(GROUPS):
@@ -278,7 +286,7 @@ def main() -> None:
         costs = args.costs or Path(args.out) / "gpu_zb_profile.json"
         plans(costs)
     if args.step in ("run", "all"):
-        run(args.out, only, args.steps, args.warmup)
+        run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag)
 
 
 if __name__ == "__main__":
