@@ -5,7 +5,7 @@ Each forward block is run alone on the current device with inputs shaped by the 
 `warmup` untimed runs, `repeats` runs are timed (CUDA events on a GPU, a steady clock on the
 CPU) and the median is kept. The backward is timed on a fresh forward graph each repetition, as
 one full backward (``B``) and, for specs that split it, as input gradient (``I``) then weight
-gradient (``W``).
+gradient (``W``), split as the executor splits it (executor/split_backward.py).
 
 Activation memory is what a micro-batch keeps on the device between its forward and backward:
 the tensors autograd saves for backward plus the block's inputs and outputs, each storage counted
@@ -24,6 +24,7 @@ from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Kind, Mode, Spec
 from tessel_dsl.interop.profiled_spec import Measurement
 
+from tessel_dsl.executor.split_backward import backward_input
 from tessel_dsl.executor.model_api import StageContext, StageModel, backward_of, forward_preds, forward_succs, load_factory
 
 
@@ -122,10 +123,9 @@ def _measure_block(run: _BlockRun, split: bool, timer: _Timer, repeats: int, war
         if not outs:
             raise ExecutionError("its outputs do not depend on anything that needs a gradient")
         if split:
-            t_i = timer.once(lambda: torch.autograd.grad(outs, leaves, grads, retain_graph=True, allow_unused=True)
-                             if leaves else None)
-            t_w = timer.once(lambda: torch.autograd.grad(outs, run.params, grads, allow_unused=True)
-                             if run.params else None)
+            pending = []
+            t_i = timer.once(lambda: pending.append(backward_input(outs, grads, run.inputs, run.params)[1]))
+            t_w = timer.once(lambda: pending[0].run())
             if i >= warmup:
                 samples["input_grad"].append(t_i)
                 samples["weight_grad"].append(t_w)

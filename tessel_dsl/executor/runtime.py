@@ -4,7 +4,8 @@ Forward blocks call the user's block modules on detached inputs, so each block i
 island and a backward block can return the gradients of exactly its block's inputs. Backward blocks
 replay autograd on the saved forward of their micro-batch, seeded with the gradient of the block's
 outputs (received or local) or, for the loss block, with 1/N. A split backward runs the input
-gradient first (keeping the graph) and the weight gradient later.
+gradient first, keeping the gradients where the parameters' branches leave the input path, and
+the weight gradient later from those alone (executor/split_backward.py).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tessel_dsl.plan import Plan
 from tessel_dsl.program import Action, Op
 
 from tessel_dsl.executor.comm import CommTimeout, MessageManager
+from tessel_dsl.executor.split_backward import backward_input
 from tessel_dsl.executor.model_api import StageModel, backward_of, forward_preds, forward_succs, grad_meta, grad_slice
 
 Key = tuple[str, int]
@@ -198,23 +200,17 @@ class RankRunner:
         if fwd is None:
             raise ExecutionError(f"backward block {name!r} does not name its forward block")
         if b.kind is Kind.WEIGHT_GRAD:
-            inputs, outs, grads = self.saved.pop((fwd, mb))
-            params = [p for p in self.stage.modules[fwd].parameters() if p.requires_grad]
-            if outs and params:
-                torch.autograd.backward(outs, grads, inputs=params)
+            self.saved.pop((fwd, mb)).run()
             return
-        keep = b.kind is Kind.INPUT_GRAD
-        inputs, outs = self.saved[(fwd, mb)] if keep else self.saved.pop((fwd, mb))
+        split = b.kind is Kind.INPUT_GRAD
+        inputs, outs = self.saved.pop((fwd, mb))
         grads = self._output_grads(fwd, mb, outs)
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
         leaves = [t for t in inputs if t.is_floating_point()]
         t_outs, t_grads = [o for o, _ in pairs], [g for _, g in pairs]
-        if keep:
-            need = [t for t in leaves if t.requires_grad]
-            got = torch.autograd.grad(t_outs, need, t_grads, retain_graph=True, allow_unused=True) if pairs and need else []
-            by_id = {id(t): g for t, g in zip(need, got)}
-            in_grads = [by_id.get(id(t)) for t in leaves]
-            self.saved[(fwd, mb)] = (inputs, tuple(t_outs), tuple(t_grads))
+        if split:
+            params = [p for p in self.stage.modules[fwd].parameters() if p.requires_grad]
+            in_grads, self.saved[(fwd, mb)] = backward_input(t_outs, t_grads, leaves, params)
         else:
             if pairs:
                 torch.autograd.backward(t_outs, t_grads)

@@ -1,0 +1,293 @@
+"""The plain chain and a GPT of real layers against PyTorch's four pipeline schedules, every Tessel
+row on a plan searched on block times measured on the GPUs that run it.
+
+The loop, each step on the machine that has what it needs (the search needs the parser and the
+solvers, the GPU machine has torch alone):
+
+  here:  python bench/gpu_zb.py prepare                  specs to profile -> bench/plans/gpu_zb/
+  there: PYTHONPATH=. python bench/gpu_zb.py profile     block times -> $OUT/gpu_zb_profile.json
+  here:  python bench/gpu_zb.py plans --costs FILE       search on them -> bench/plans/gpu_zb/
+  there: PYTHONPATH=. python bench/gpu_zb.py run         the tables -> $OUT/gpu_zb.{md,json}
+
+``python bench/gpu_zb.py all`` does the four in order where torch, CUDA and the search are all
+installed. With no CUDA, every step runs tiny models on gloo ranks (a check of the script).
+
+Groups (``--only``):
+* ``chain``: 2D residual MLP layers (executor/models/chain.py, hidden 4096, bf16);
+* ``gpt32k``: the GPT's layers with a 32k vocabulary, the embedding on the first stage and the
+  head and loss on the last;
+* ``gpt512k``: the GPT with a 512k vocabulary: the M-shape (vocabulary-parallel embedding and
+  head) against Schedule1F1B. Its embedding and head span every GPU and cannot be timed alone,
+  so its costs are the block times of a first run of the plan (``--from-run``'s way).
+For chain and gpt32k: torch's Schedule1F1B (D stages), ScheduleInterleaved1F1B and
+ScheduleInterleavedZeroBubble (2D stages, looped), ScheduleZBVZeroBubble (2D stages in a V);
+Tessel's search on specs/zerobubble.tsl (a chain of D stages, backward split into input and
+weight gradients) and on its V placement (``C=2``: two chunks per GPU, ZB-V's placement); and
+the 1F1B baseline plan of the same chain with an unsplit backward, run by this executor.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import gpu8
+from gpu_common import GPT, PLANS, ROOT, TINY, gpu_info, record, smoke
+
+D, N = 4, gpu8.N
+OUT_DIR = PLANS / "gpu_zb"
+GPT32K = GPT | {"vocab": 32000, "layers": 2 * D}
+MODELS = {"chain": "tessel_dsl.executor.models.chain:factory", "gpt": "tessel_dsl.executor.models.gpt:factory"}
+GROUPS = ("chain", "gpt32k", "gpt512k")
+# key -> (group, model, how the spec is made, how the plan is made)
+KEYS = {
+    "chain_zb": ("chain", "chain", "zb1", "tessel"), "chain_zbv": ("chain", "chain", "zb2", "tessel"),
+    "chain_1f1b": ("chain", "chain", "vshape", "1f1b"),
+    "gpt32k_zb": ("gpt32k", "gpt", "zb1", "tessel"), "gpt32k_zbv": ("gpt32k", "gpt", "zb2", "tessel"),
+    "gpt32k_1f1b": ("gpt32k", "gpt", "vshape", "1f1b"),
+    "gpt512k_mshape": ("gpt512k", "gpt", "mshape", "tessel"),
+}
+ROW_NAMES = {"zb1": "Tessel zero-bubble chain (searched)", "zb2": "Tessel V, two chunks per GPU (searched)",
+             "vshape": "Tessel 1F1B baseline plan, unsplit backward", "mshape": "Tessel M-shape (searched)"}
+FROM_RUN_PLAN = f"gpu8_gpt{D}_l{2 * D}_n{N}_mshape.json"  # the M-shape run whose block times cost it
+
+
+def margs(group: str) -> dict:
+    if group == "chain":
+        return gpu8.chain_args(D)
+    if group == "gpt32k":
+        return TINY["gpt"] | {"layers": 2 * D} if smoke() else GPT32K
+    return gpu8.gpt_args(D)
+
+
+def spec_file(key: str) -> Path:
+    return OUT_DIR / f"{key}.spec.json"
+
+
+def plan_file(key: str) -> Path:
+    return OUT_DIR / f"{key}.json"
+
+
+# -- here: the specs to profile, and the plans searched on what was measured -----------------------
+
+def prepare() -> None:
+    from tessel_dsl.executor.models import shapes
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.plan import load_plan, write_json_atomic
+    from tessel_dsl.serialize import to_json
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    zb = {c: parse_file(ROOT / "specs" / "zerobubble.tsl", sets={"D": str(D), "N": str(N), "C": str(c)}) for c in (1, 2)}
+    made = {"zb1": zb[1], "zb2": zb[2], "vshape": shapes.vshape(D, microbatches=N),
+            "mshape": load_plan(PLANS / FROM_RUN_PLAN).spec}
+    for key, (_, _, how, _) in KEYS.items():
+        write_json_atomic(spec_file(key), to_json(made[how]))
+        print("wrote", spec_file(key).relative_to(ROOT))
+
+
+def load_spec(key: str):
+    from tessel_dsl.ir import Spec
+    from tessel_dsl.serialize import from_json
+
+    return from_json(Spec, json.loads(spec_file(key).read_text()))
+
+
+def resolution(ms) -> float:
+    """A time unit that makes the median forward block about 16 units: fine enough that rounding
+    moves a block by a few percent, coarse enough for the search to stay quick."""
+    from statistics import median
+
+    from tessel_dsl.interop.profile import nice_floor
+
+    return nice_floor(median(m.forward for m in ms if m.forward) / 16)
+
+
+def costed_spec(key: str, entry: dict):
+    from tessel_dsl.interop.profile import Measurement, apply_measurements, measurements_from_run
+
+    spec = load_spec(key)
+    if "block_seconds" in entry:
+        ms = measurements_from_run(spec, entry["block_seconds"], entry.get("device", ""))
+    else:
+        ms = [Measurement(**m) for m in entry["measurements"]]
+    return apply_measurements(spec, ms, time_resolution=resolution(ms))
+
+
+def plans(costs: Path) -> None:
+    """Search (or build 1F1B) on the measured costs; save each plan and what it was searched on.
+    On the zero-bubble specs the baselines ZB-H1 and ZB-V are built on the same costs too, and
+    their simulated length is kept beside the search's (what `tessel compare` prints)."""
+    from gpu_common import make_plan
+    from tessel_dsl.plan import write_json_atomic
+    from tessel_dsl.search import baselines
+
+    prof = json.loads(costs.read_text())
+    info = {"profile": str(costs), "gpu": prof.get("gpu", ""), "plans": {}}
+    for key, (_, _, how, schedule) in KEYS.items():
+        if key not in prof:
+            print(f"{key}: not in {costs}, skipped")
+            continue
+        spec = costed_spec(key, prof[key])
+        made = make_plan(spec, schedule, N, plan_file(key), time_limit=240)
+        made.update(unit=spec.units.time_label, costs={b.name: b.time for b in spec.blocks},
+                    source="block times of a first run of the plan" if "block_seconds" in prof[key]
+                    else "blocks profiled alone", device=prof.get("gpu", ""))
+        if how.startswith("zb"):
+            for base in ("1f1b", "zb-h1", "zb-v"):
+                try:
+                    made[f"baseline_{base}_units"] = baselines.build(spec, base, N).makespan(spec)
+                except Exception as e:  # noqa: BLE001 - a baseline that does not apply to this placement
+                    made[f"baseline_{base}_units"] = f"n/a ({str(e)[:60]})"
+        print(key, json.dumps(made))
+        info["plans"][key] = made
+    write_json_atomic(OUT_DIR / "searched.json", info)
+
+
+# -- there: measure the blocks ----------------------------------------------------------------------
+
+def profile(out: str, only: set[str]) -> dict:
+    import torch
+
+    import tessel_dsl.executor as executor
+    from tessel_dsl.executor.profile import measure
+
+    dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+    res = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d")}
+    for key, (group, model, how, _) in KEYS.items():
+        if group not in only:
+            continue
+        t = time.time()
+        if how == "mshape":
+            rep = executor.run(PLANS / FROM_RUN_PLAN, MODELS[model], backend="gloo" if smoke() else "nccl", steps=2,
+                               warmup=1, timeout=100, model_args=margs(group))
+            s = rep.summary()
+            res[key] = {"block_seconds": s["block_seconds"], "device": res["gpu"], "plan": FROM_RUN_PLAN,
+                        "iteration": s["measured"]["iteration"]}
+        else:
+            ms = measure(load_spec(key), MODELS[model], device=dev, repeats=10, warmup=3, model_args=margs(group))
+            res[key] = {"measurements": [asdict(m) for m in ms]}
+            torch.cuda.empty_cache() if dev != "cpu" else None
+        res[key]["seconds"] = round(time.time() - t, 1)
+        print(key, json.dumps(res[key]), flush=True)
+    res["split_check"] = split_check(res)
+    print(res["split_check"])
+    with open(os.path.join(out, "gpu_zb_profile.json"), "w") as fh:
+        json.dump(res, fh, indent=1)
+    return res
+
+
+def split_check(res: dict) -> str:
+    """Stage by stage, I + W of the split chain against B of the unsplit one (same layers)."""
+    lines = []
+    for group in ("chain", "gpt32k"):
+        a, b = res.get(f"{group}_zb"), res.get(f"{group}_1f1b")
+        if not a or not b:
+            continue
+        for x, y in zip(a["measurements"], b["measurements"]):
+            if x["input_grad"] is None or y["backward"] is None:
+                continue
+            iw = x["input_grad"] + x["weight_grad"]
+            lines.append(f"{group} {x['block']}: F {x['forward'] * 1e3:.2f} I {x['input_grad'] * 1e3:.2f} "
+                         f"W {x['weight_grad'] * 1e3:.2f} ms; I+W {iw * 1e3:.2f} vs B {y['backward'] * 1e3:.2f} ms "
+                         f"({iw / y['backward']:.3f}x)")
+    return "\n".join(lines)
+
+
+# -- there: the tables ------------------------------------------------------------------------------
+
+def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = True, tag: str = "") -> None:
+    searched = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
+    found = searched.get("plans", {})
+    missing = [k for k, v in KEYS.items() if v[0] in only and not plan_file(k).exists()]
+    if missing:
+        raise SystemExit(f"no plan for {', '.join(missing)}: run the profile and plans steps first")
+    os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+    res = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d"), "devices": D, "microbatches": N,
+           "searched": searched}
+    print(res["gpu"], flush=True)
+    lines = [f"{D}-GPU runs on {res['gpu']}, {res['date']}; N={N} micro-batches; every Tessel plan searched on "
+             f"block times measured on {searched.get('gpu', '?')} ({searched.get('profile', '?')})", ""]
+    kw = {"steps": steps, "warmup": warmup}
+
+    def one(key: str, fn) -> dict | None:
+        try:
+            s = record(res, key, fn())
+        except Exception as e:  # noqa: BLE001 - reported in the table; the other rows still run
+            res[key] = {"error": f"{type(e).__name__}: {e}"}
+            print(key, "FAILED", res[key]["error"], flush=True)
+            s = None
+        with open(os.path.join(out, f"gpu_zb{tag}_partial.json"), "w") as fh:
+            json.dump(res, fh, indent=1)
+        return s
+
+    for group in GROUPS:
+        if group not in only:
+            continue
+        m, model = margs(group), ("chain" if group == "chain" else "gpt")
+        kinds = (("1f1b",) if group == "gpt512k" else tuple(gpu8.TORCH)) if torch_rows else ()
+        def torch_fn(k, m=m, model=model):
+            return lambda: gpu8.torch_row(model, k, D, m, **kw)
+
+        def tessel_fn(key, m=m, model=model):
+            return lambda: gpu8.tessel_row(str(plan_file(key).relative_to(PLANS)), MODELS[model], m, 1, **kw)
+
+        rows = [(f"{group}_torch_{k}", f"{gpu8.TORCH[k][0]} (torch)", torch_fn(k)) for k in kinds]
+        rows += [(key, f"{ROW_NAMES[how]}, {found.get(key, {}).get('source', '?')}", tessel_fn(key))
+                 for key, (g, _, how, _) in KEYS.items() if g == group]
+        table, base, runs = [], None, []
+        for key, name, fn in rows:
+            s = one(key, fn)
+            runs.append(s)
+            if s is None:
+                table.append(f"| {name} | failed: {res[key]['error'][:120]} | | | | | |")
+                continue
+            base = base or (s if "Schedule1F1B" in name else None)
+            table.append(gpu8.line(name, s, base))
+        lines += [f"{group} {m}, {D} pipeline ranks", "", gpu8.HEADER, *table, ""]
+        losses = [s["loss"] for s in runs if s and s.get("loss") is not None]
+        tol = 1e-5 if smoke() else 2e-2
+        if losses and any(abs(v - losses[0]) > tol * abs(losses[0]) for v in losses):
+            lines += [f"CHECK FAILED: {group}: first-iteration losses differ: {losses}", ""]
+        elif losses:
+            lines += [f"check: {group}: first-iteration losses agree within {tol:g} relative", ""]
+    from gpu_common import write_results
+
+    res["p2p_max_ctas"] = os.environ.get("TESSEL_P2P_MAX_CTAS", "default")
+    lines.insert(1, f"TESSEL_P2P_MAX_CTAS={res['p2p_max_ctas']} (thread blocks of each point-to-point link)")
+    write_results(out, f"gpu_zb{tag}", res, "\n".join(lines))
+    if any("CHECK FAILED" in x for x in lines) or any("error" in v for v in res.values() if isinstance(v, dict)):
+        sys.exit(1)
+
+
+def main() -> None:
+    from gpu_common import arg_parser
+
+    ap = arg_parser(__doc__)
+    ap.add_argument("step", choices=("prepare", "profile", "plans", "run", "all"))
+    ap.add_argument("--costs", type=Path, help="plans: the profile JSON written by the profile step")
+    ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS))
+    ap.add_argument("--steps", type=int, default=3, help="measured iterations per row")
+    ap.add_argument("--warmup", type=int, default=2, help="unmeasured iterations first")
+    ap.add_argument("--no-torch", action="store_true", help="run: only the Tessel rows")
+    ap.add_argument("--tag", default="", help="run: suffix of the result files")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    if only - set(GROUPS):
+        raise SystemExit(f"--only takes {', '.join(GROUPS)}")
+    os.makedirs(args.out, exist_ok=True)
+    if args.step in ("prepare", "all"):
+        prepare()
+    if args.step in ("profile", "all"):
+        profile(args.out, only)
+    if args.step in ("plans", "all"):
+        costs = args.costs or Path(args.out) / "gpu_zb_profile.json"
+        plans(costs)
+    if args.step in ("run", "all"):
+        run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""A block's backward in two passes that share no work: input gradients now, weight gradients later.
+
+The input pass runs autograd from the block's outputs to its inputs only. On the way it keeps the
+gradient arriving at every node where a parameter's branch leaves the input path (the matmul
+node of a linear layer, a layer norm's node): those nodes are run again later for their
+parameter outputs alone. The weight pass starts autograd at these kept gradients, so it runs
+only the parameter branches (a transpose, the weight matmul, a bias sum) and never walks the
+input path again. `torch.distributed.pipelining` splits its stages' backward the same way.
+
+Node sets, on the graph below the block's outputs:
+* the input path: nodes from which one of the block's inputs can be reached;
+* a param group: parameters whose branches meet the input path at a shared set of nodes (the
+  junctions). Groups run in separate autograd calls, since one call from a later layer's
+  junction to all parameters would walk the input path down to the earlier layers' weights.
+
+A parameter reached from an output without crossing the input path (every parameter, when no
+input needs a gradient, as on a first stage) is left to the weight pass whole, from the outputs.
+"""
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+import torch
+from torch.autograd.graph import GradientEdge, Node
+
+
+def grad_node(t: torch.Tensor) -> Node | None:
+    """`t`'s autograd node; for a leaf, its gradient accumulator (made on demand by a view)."""
+    if t.grad_fn is not None:
+        return t.grad_fn
+    if not t.requires_grad:
+        return None
+    return t.view_as(t).grad_fn.next_functions[0][0]
+
+
+def _consumers(roots: list[Node]) -> dict[Node, list[Node]]:
+    """For every node below `roots`: the nodes whose gradient flows into it."""
+    up: dict[Node, list[Node]] = defaultdict(list)
+    seen = set(roots)
+    todo = deque(roots)
+    while todo:
+        node = todo.popleft()
+        for nxt, _ in node.next_functions:
+            if nxt is None:
+                continue
+            up[nxt].append(node)
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return up
+
+
+def _above(starts, up: dict[Node, list[Node]], stop: set[Node]) -> tuple[set[Node], set[Node]]:
+    """Nodes reached from `starts` walking towards the outputs, not past `stop`; and the `stop`
+    nodes met."""
+    seen, met = set(starts), set()
+    todo = deque(starts)
+    while todo:
+        for node in up.get(todo.popleft(), ()):
+            if node in stop:
+                met.add(node)
+            elif node not in seen:
+                seen.add(node)
+                todo.append(node)
+    return seen, met
+
+
+@dataclass
+class _Group:
+    params: list[torch.Tensor]
+    junctions: list[Node]
+    grads: dict[Node, tuple] = field(default_factory=dict)
+
+
+@dataclass
+class WeightGrad:
+    """The weight pass of one block's backward, kept from its input pass; `run()` once."""
+
+    groups: list[_Group]
+    rest: list[torch.Tensor]          # parameters not reached through the input path
+    outs: list[torch.Tensor]
+    grads: list[torch.Tensor]
+
+    def run(self) -> None:
+        for g in self.groups:
+            edges, seeds = [], []
+            for node in g.junctions:
+                for i, gr in enumerate(g.grads.get(node, ())):
+                    if gr is not None:
+                        edges.append(GradientEdge(node, i))
+                        seeds.append(gr)
+            if not edges:
+                continue
+            # A junction below another junction of the same group (a weight used twice) would
+            # also get the gradient that flows down the input path from the upper one; the
+            # input pass already counted that, so it gets its kept gradient instead.
+            hooks = [n.register_prehook(lambda _g, kept=g.grads[n]: kept)
+                     for n in g.junctions if n in g.grads] if len(g.junctions) > 1 else []
+            try:
+                _accumulate(g.params, torch.autograd.grad(edges, g.params, seeds, allow_unused=True))
+            finally:
+                for h in hooks:
+                    h.remove()
+        if self.rest and self.outs:
+            _accumulate(self.rest, torch.autograd.grad(self.outs, self.rest, self.grads, allow_unused=True))
+        self.groups, self.outs, self.grads = [], [], []
+
+
+def _accumulate(params: list[torch.Tensor], grads) -> None:
+    for p, g in zip(params, grads):
+        if g is None:
+            continue
+        if p.grad is None:
+            p.grad = g
+        else:
+            p.grad += g
+
+
+def backward_input(outs: list[torch.Tensor], grads: list[torch.Tensor], inputs: list[torch.Tensor],
+                   params: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], WeightGrad]:
+    """Gradients of `inputs` (None where unused) from `outs` seeded with `grads`, and the pending
+    weight pass for `params`."""
+    need = [t for t in inputs if t.requires_grad]
+    params = [p for p in params if p.requires_grad]
+    roots = [n for n in (grad_node(o) for o in outs) if n is not None]
+    if not need or not roots:
+        return [None] * len(inputs), WeightGrad([], params, list(outs), list(grads))
+    up = _consumers(roots)
+    path, _ = _above([grad_node(t) for t in need], up, set())
+    groups: dict[Node, _Group] = {}
+    rest: list[torch.Tensor] = []
+    for p in params:
+        node = grad_node(p)
+        branch, met = _above([node], up, path)
+        if not met:
+            if node in up:
+                rest.append(p)
+            continue
+        if any(r in branch and r not in path for r in roots):
+            rest.append(p)  # also fed by an output directly: the weight pass runs it whole
+            continue
+        found = {id(g): g for m in met if (g := groups.get(m)) is not None}
+        group = _Group([p], sorted(met, key=id))
+        for g in found.values():  # junctions shared with earlier groups: one group
+            group.params += g.params
+            group.junctions = sorted(set(group.junctions) | set(g.junctions), key=id)
+        for m in group.junctions:
+            groups[m] = group
+    unique = list({id(g): g for g in groups.values()}.values())
+    hooks = []
+    for g in unique:
+        for node in g.junctions:
+            hooks.append(node.register_prehook(lambda gr, g=g, node=node: g.grads.__setitem__(node, gr)))
+    try:
+        got = torch.autograd.grad(outs, need, grads, retain_graph=True, allow_unused=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    by_id = {id(t): g for t, g in zip(need, got)}
+    keep = bool(rest)
+    return [by_id.get(id(t)) for t in inputs], WeightGrad(unique, rest, list(outs) if keep else [],
+                                                          list(grads) if keep else [])

@@ -1,0 +1,173 @@
+"""The split backward (executor/split_backward.py): input pass then weight pass.
+
+Reference: one ordinary `torch.autograd.backward` over the same graph, in float64. The split must
+give the same input and parameter gradients, and its weight pass must not run the input path
+again: every autograd node is watched with a pre-hook, and the nodes that run in both passes
+must be only the junctions where a parameter's branch leaves the input path, at most one per
+parameterised module (a linear layer's matmul, a layer norm's node), never an activation's or a
+residual add's node.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+import torch
+from torch import nn
+
+from tessel_dsl.executor.models.common import ResidualMLP, TransformerLayer
+from tessel_dsl.executor.split_backward import backward_input
+
+torch.manual_seed(0)
+
+
+def _nodes(outs):
+    seen, todo = set(), deque(o.grad_fn for o in outs if o.grad_fn is not None)
+    while todo:
+        n = todo.popleft()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo.extend(f for f, _ in n.next_functions if f is not None)
+    return seen
+
+
+class Watch:
+    """Names the nodes that run while `phase` is set."""
+
+    def __init__(self, outs):
+        self.ran: dict[str, list] = {"I": [], "W": []}
+        self.phase = None
+        self.handles = [n.register_prehook(self._hook(n)) for n in _nodes(outs)]
+
+    def _hook(self, node):
+        def hook(_grads):
+            if self.phase:
+                self.ran[self.phase].append(node)
+        return hook
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+
+
+def _reference(make, x, seed_grad):
+    model = make()
+    inp = x.clone().requires_grad_(True)
+    out = model(inp)
+    out.backward(seed_grad)
+    return inp.grad, {k: p.grad for k, p in model.named_parameters()}
+
+
+def _split(make, x, seed_grad, watch=True):
+    model = make()
+    inp = x.clone().requires_grad_(True)
+    out = model(inp)
+    w = Watch([out]) if watch else None
+    if w:
+        w.phase = "I"
+    (gin,), pending = backward_input([out], [seed_grad], [inp], list(model.parameters()))
+    assert all(p.grad is None for p in model.parameters()), "the input pass must leave weight gradients alone"
+    if w:
+        w.phase = "W"
+    pending.run()
+    if w:
+        w.close()
+    return gin, {k: p.grad for k, p in model.named_parameters()}, model, w
+
+
+def _chain():
+    torch.manual_seed(1)
+    return nn.Sequential(*(ResidualMLP(8, torch.tanh, dtype=torch.float64) for _ in range(3)))
+
+
+def _gpt_layer():
+    torch.manual_seed(2)
+    return nn.Sequential(*(TransformerLayer(16, 4, causal=True, dtype=torch.float64) for _ in range(2)))
+
+
+def _llama():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                   num_hidden_layers=2, vocab_size=11, max_position_embeddings=16)
+    torch.manual_seed(3)
+    model = transformers.LlamaModel(cfg).to(torch.float64)
+
+    class Body(nn.Module):  # the layers and final norm, fed embeddings (as a pipeline stage is)
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, h):
+            return self.m(inputs_embeds=h).last_hidden_state
+
+    return Body()
+
+
+CASES = {"chain": (_chain, (4, 8)), "gpt_layers": (_gpt_layer, (2, 5, 16)), "llama": (_llama, (2, 5, 16))}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_split_equals_whole_backward_and_weight_pass_skips_input_path(case):
+    make, shape = CASES[case]
+    x = torch.randn(shape, dtype=torch.float64)
+    g = torch.randn(shape, dtype=torch.float64)
+    ref_in, ref_params = _reference(make, x, g)
+    gin, params, model, watch = _split(make, x, g)
+    torch.testing.assert_close(gin, ref_in, rtol=1e-12, atol=1e-12)
+    assert params.keys() == ref_params.keys()
+    for k in params:
+        if ref_params[k] is None:  # unused here (Llama's token embedding, fed embeddings)
+            assert params[k] is None, k
+            continue
+        torch.testing.assert_close(params[k], ref_params[k], rtol=1e-12, atol=1e-12, msg=k)
+
+    both = set(watch.ran["I"]) & set(watch.ran["W"])
+    owners = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
+    assert 0 < len(both) <= len(owners), sorted(n.name() for n in both)
+    # Each node run twice is a junction: one of its branches (towards a parameter) did not run in
+    # the input pass. An activation's or a residual add's node has none, so it never runs again.
+    ran_i = set(watch.ran["I"])
+    for n in both:
+        assert any(f is not None and f not in ran_i for f, _ in n.next_functions), n.name()
+    assert len(ran_i) > len(both)
+
+
+def test_no_input_gradient_runs_the_whole_backward_in_the_weight_pass():
+    """A first stage: nothing to send back, so the input pass is empty and the weight pass
+    computes every parameter gradient."""
+    model = _chain()
+    x = torch.randn(4, 8, dtype=torch.float64)
+    g = torch.randn(4, 8, dtype=torch.float64)
+    out = model(x)
+    (gin,), pending = backward_input([out], [g], [x], list(model.parameters()))
+    assert gin is None and all(p.grad is None for p in model.parameters())
+    pending.run()
+    ref = _chain()
+    ref(x).backward(g)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_weight_used_twice_and_output_fed_by_a_parameter():
+    """A weight applied in two places (its junctions lie one below the other on the input path)
+    and a parameter that also reaches the output without crossing the input path."""
+    torch.manual_seed(4)
+    lin = nn.Linear(6, 6, dtype=torch.float64)
+    bias = nn.Parameter(torch.randn(6, dtype=torch.float64))
+
+    def run(x):
+        return torch.tanh(lin(torch.tanh(lin(x)))) + bias * bias.sum()
+
+    x = torch.randn(3, 6, dtype=torch.float64)
+    g = torch.randn(3, 6, dtype=torch.float64)
+    inp = x.clone().requires_grad_(True)
+    run(inp).backward(g)
+    ref = (inp.grad, lin.weight.grad.clone(), lin.bias.grad.clone(), bias.grad.clone())
+    for p in (lin.weight, lin.bias, bias):
+        p.grad = None
+    inp = x.clone().requires_grad_(True)
+    (gin,), pending = backward_input([run(inp)], [g], [inp], [lin.weight, lin.bias, bias])
+    pending.run()
+    for a, b in zip((gin, lin.weight.grad, lin.bias.grad, bias.grad), ref):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
