@@ -100,13 +100,13 @@ def resolution(ms) -> float:
     moves a block by a few percent, coarse enough for the search to stay quick."""
     from statistics import median
 
-    from tessel_dsl.interop.profile import nice_floor
+    from tessel_dsl.interop.profiled_spec import nice_floor
 
     return nice_floor(median(m.forward for m in ms if m.forward) / 16)
 
 
 def costed_spec(key: str, entry: dict):
-    from tessel_dsl.interop.profile import Measurement, apply_measurements, measurements_from_run
+    from tessel_dsl.interop.profiled_spec import Measurement, apply_measurements, measurements_from_run
 
     spec = load_spec(key)
     if "block_seconds" in entry:
@@ -152,7 +152,7 @@ def profile(out: str, only: set[str]) -> dict:
     import torch
 
     import tessel_dsl.executor as executor
-    from tessel_dsl.executor.profile import measure
+    from tessel_dsl.executor.measure import measure
 
     dev = "cuda:0" if torch.cuda.is_available() else "cpu"
     res = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d")}
