@@ -40,6 +40,7 @@ from tessel_dsl.plan import Plan, plan_to_json
 from tessel_dsl.executor.bind import Binding, Trace
 from tessel_dsl.executor.block_map import check_blocks, check_tp, forward_graph, read_blocks
 from tessel_dsl.executor.checkpoint import load_checkpoint, save_checkpoint
+from tessel_dsl.executor.meta_init import materialise
 from tessel_dsl.executor.model_api import TensorMeta, forward_succs
 
 
@@ -136,38 +137,9 @@ class Pipeline:
 
     def _materialise(self, here: list[str], init) -> None:
         """Local submodules onto the device (allocated and `init`-ed when on meta), the others'
-        parameters onto meta, so a rank holds only its own part of the model."""
-        local = {f for b in here for f in self.blocks[b]}
+        parameters onto meta, so a rank holds only its own part of the model (`meta_init`)."""
         self.local = [f for b in here for f in self.blocks[b]]
-        for fqn, mod in self.binding.modules.items():
-            if fqn in local:
-                if _on_meta(mod):
-                    if init is None:
-                        raise ExecutionError(f"{fqn!r} is on the meta device: pass init(fqn, module) to fill it")
-                    mod.to_empty(device=self.device)
-                    with torch.no_grad():
-                        init(fqn, mod)
-                else:
-                    mod.to(self.device)
-            else:
-                mod.to("meta")
-        mapped = set(self.binding.modules)
-        for fqn, mod in self.model.named_modules():
-            if any(fqn == m or fqn.startswith(m + ".") for m in mapped):
-                continue
-            own = list(mod.named_buffers(recurse=False))
-            if not own:
-                continue
-            if any(b.is_meta for _, b in own):
-                if init is None:
-                    raise ExecutionError(f"{fqn!r} holds buffers on the meta device: pass init(fqn, module)")
-                for n, b in own:
-                    mod._buffers[n] = torch.empty_like(b, device=self.device)
-                with torch.no_grad():
-                    init(fqn, mod)
-            else:
-                for n, b in own:
-                    mod._buffers[n] = b.to(self.device)
+        materialise(self.model, self.binding.modules, set(self.local), self.device, init)
 
     def _parallelize(self, here: list[str]) -> None:
         """Shard the submodules of local multi-device blocks with their DTensor plans, each over a
@@ -451,6 +423,3 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     """The storage of this rank's shard of a DTensor (written in place), or `t` itself."""
     return getattr(t, "_local_tensor", t)
 
-
-def _on_meta(mod: nn.Module) -> bool:
-    return any(t.is_meta for t in list(mod.parameters()) + list(mod.buffers()))
