@@ -317,8 +317,9 @@ class Pipeline:
                 if x.dim() == 0 or rows % self.n:
                     raise ExecutionError(f"a batch of {rows} rows does not split into the plan's {self.n} "
                                          f"micro-batches (every input and target tensor is split on dim 0)")
-        chunks = [x.to(self.device).chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n
-                  for x in leaves]
+        leaves = [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in leaves]
+        self._same_batch(leaves)
+        chunks = [x.chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n for x in leaves]
         self.mbs = [pytree.tree_unflatten([c[mb] for c in chunks], spec) for mb in range(self.n)]
         key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else repr(x)
                     for x in pytree.tree_leaves(self.mbs[0]))
@@ -326,6 +327,26 @@ class Pipeline:
             a, k, t = self.mbs[0]
             self._traces[key] = self.binding.trace(a, k, self.loss_fn, t, self.device)
         self.trace = self._traces[key]
+
+    def _same_batch(self, leaves: list) -> None:
+        """Every rank of this pipeline was given the same batch: a fingerprint of it (`batch_hash`)
+        gathered over the pipeline's ranks, once per step. A per-rank sampler would otherwise feed
+        each block other micro-batches than its neighbours' and train wrong without an error."""
+        mine = batch_hash(leaves).to(self.device)
+        every = torch.empty(self.devices * mine.numel(), dtype=mine.dtype, device=self.device)
+        dist.all_gather_into_tensor(every, mine, group=self.mesh.get_group("pp"))
+        kinds: dict[tuple, list[int]] = {}
+        for d, h in enumerate(every.view(self.devices, -1).tolist()):
+            kinds.setdefault(tuple(h), []).append(self.ranks[d])
+        if len(kinds) > 1:
+            parts = [f"rank{'s' * (len(r) > 1)} {', '.join(map(str, r))} got {'another' if i else 'one'}"
+                     for i, r in enumerate(kinds.values())]
+            groups = ", ".join(parts)
+            raise ExecutionError(
+                f"step {self.iteration}: the ranks of one pipeline (replica {self.replica}, ranks "
+                f"{list(self.ranks)}) were given different batches: {groups}. Every rank of a pipeline "
+                f"must be given the same batch (each replica its own): draw it by replica (pipe.replica), "
+                f"not by rank")
 
     def _reduce_grads(self) -> None:
         """Average every local gradient over the replicas (one flat all-reduce)."""
@@ -417,6 +438,37 @@ class _BlockModule(nn.Module):
         out = pipe.binding.run_block(self.block, pipe.trace, tuple(received), args, kwargs,
                                      pipe.loss_fn if last else None, target)
         return out
+
+
+def batch_hash(leaves: list) -> torch.Tensor:
+    """Two int64 numbers identifying a batch exactly, computed where it lies: every tensor's
+    bits (viewed as integers) summed with position-dependent odd weights, and its shape and
+    dtype with the other leaves' text. Integer sums wrap and are exact, so equal batches give
+    equal numbers on any device and a changed element changes the first."""
+    import zlib
+
+    acc = torch.zeros((), dtype=torch.int64, device=next((x.device for x in leaves if isinstance(x, torch.Tensor)),
+                                                          torch.device("cpu")))
+    text = []
+    for k, x in enumerate(leaves):
+        if not isinstance(x, torch.Tensor):
+            text.append(repr(x))
+            continue
+        text.append(f"{tuple(x.shape)}{x.dtype}")
+        bits = _as_ints(x.detach().contiguous().reshape(-1))
+        weights = torch.arange(bits.numel(), dtype=torch.int64, device=bits.device) * 0x9E3779B97F4A7C1 + 2 * k + 1
+        acc = acc + (bits * (weights | 1)).sum()
+    shape = zlib.crc32("|".join(text).encode())
+    return torch.stack([acc, torch.tensor(shape, dtype=torch.int64, device=acc.device)])
+
+
+def _as_ints(x: torch.Tensor) -> torch.Tensor:
+    if x.dtype == torch.bool:
+        return x.long()
+    if x.is_floating_point() or x.is_complex():
+        x = x.view(torch.uint8) if x.element_size() == 1 else x.view({2: torch.int16, 4: torch.int32,
+                                                                         8: torch.int64}[x.element_size()])
+    return x.long()
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
