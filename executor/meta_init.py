@@ -27,17 +27,32 @@ def materialise(model: nn.Module, mapped: dict[str, nn.Module], local: set[str],
                 init: Callable[[str, nn.Module], None] | None) -> None:
     """Local mapped submodules onto `device` (allocated and `init`-ed when on meta), the other
     mapped ones onto meta; modules outside every block that hold buffers onto `device` too (the
-    glue code between blocks runs on every rank and may read them)."""
-    for fqn, mod in mapped.items():
-        if fqn not in local:
-            mod.to("meta")
-        elif not on_meta(mod):
+    glue code between blocks runs on every rank and may read them). A tensor that local and other
+    modules share (tied weights) stays one tensor, on `device`."""
+    from tessel_dsl.executor.ties import retie
+
+    slots: dict[int, list[tuple[nn.Module, str]]] = {}
+    for mod in {id(m): m for m in mapped.values()}.values():
+        for _, owner, attr, t, _ in _tensors(mod, recurse=True):
+            slots.setdefault(id(t), []).append((owner, attr))
+    done: set[int] = set()
+    for fqn in [f for f in mapped if f in local]:
+        mod = mapped[fqn]
+        if id(mod) in done:
+            continue
+        done.add(id(mod))
+        if not on_meta(mod):
             mod.to(device)
-        else:
-            if init is None:
-                raise ExecutionError(f"{fqn!r} is on the meta device: pass init(fqn, module) to fill it")
-            mod.to_empty(device=device)
-            _fill(model, fqn, mod, init, recurse=True)
+            continue
+        if init is None:
+            raise ExecutionError(f"{fqn!r} is on the meta device: pass init(fqn, module) to fill it")
+        mod.to_empty(device=device)
+        _fill(model, fqn, mod, init, recurse=True)
+    inside = {id(m) for f in local for m in mapped[f].modules()}
+    shared = retie(slots, inside)
+    for fqn, mod in mapped.items():
+        if fqn not in local and id(mod) not in done:
+            _to_meta(mod, shared)
     for fqn, mod in model.named_modules():
         if any(fqn == m or fqn.startswith(m + ".") for m in mapped):
             continue
@@ -53,6 +68,17 @@ def materialise(model: nn.Module, mapped: dict[str, nn.Module], local: set[str],
         else:
             for n, b in own:
                 mod._buffers[n] = b.to(device)
+
+
+def _to_meta(mod: nn.Module, keep: set[int]) -> None:
+    """`mod`'s tensors onto meta, but those in `keep` (shared with local modules): they stay."""
+    for _, owner, attr, t, _ in list(_tensors(mod, recurse=True)):
+        if id(t) in keep or t.is_meta:
+            continue
+        if attr in owner._parameters:
+            owner._parameters[attr] = nn.Parameter(torch.empty_like(t, device="meta"), requires_grad=t.requires_grad)
+        else:
+            owner._buffers[attr] = torch.empty_like(t, device="meta")
 
 
 def _tensors(mod: nn.Module, recurse: bool):

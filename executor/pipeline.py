@@ -42,6 +42,7 @@ from tessel_dsl.executor.block_map import check_blocks, check_tp, forward_graph,
 from tessel_dsl.executor.checkpoint import load_checkpoint, save_checkpoint
 from tessel_dsl.executor.meta_init import materialise
 from tessel_dsl.executor.model_api import TensorMeta, forward_succs
+from tessel_dsl.executor.ties import find_ties
 
 
 class Pipeline:
@@ -77,6 +78,8 @@ class Pipeline:
         check_blocks(spec, model, self.order, self.blocks)
         self.tp = {b: dict(p) for b, p in (tp or {}).items()}
         check_tp(spec, self.blocks, self.tp)
+        self.ties = find_ties(spec, model, self.order, self.blocks)
+        _check_tp_ties(self.tp, self.ties)
         self.devices, self.n = spec.devices, self.plan.schedule.microbatches
         self._join(replicas, mesh, device, timeout)
         self.model = model
@@ -86,6 +89,7 @@ class Pipeline:
         self._materialise(here, init)
         self._parallelize(here)
         self.stage = _Stage(self, here)
+        self._tie_groups()
         self._traces: dict[Any, Trace] = {}
         self.trace: Trace | None = None
         self.iteration = 0
@@ -174,6 +178,22 @@ class Pipeline:
                     meshes[devs] = DeviceMesh.from_group(group, self.device.type)
         return meshes
 
+    def _tie_groups(self) -> None:
+        """The process group of each set of devices holding a tied parameter whose gradient
+        parts are summed (`ties.py`), created by every rank in one order (`new_group` is
+        collective over the world); this rank keeps the groups of the sets it is in."""
+        self.summed = [t for t in self.ties if t.count]
+        self.tie_groups: dict[tuple[int, ...], Any] = {}
+        for devs in sorted({t.ranks for t in self.summed}):
+            if len(devs) == self.devices:
+                self.tie_groups[devs] = self.mesh.get_group("pp")
+                continue
+            for k in range(self.replicas):
+                ranks = [int(self.mesh.mesh[k][d]) for d in devs]
+                group = dist.new_group(ranks)
+                if self.rank in ranks:
+                    self.tie_groups[devs] = group
+
     def _make_runner(self, timeout: float) -> None:
         from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
         from tessel_dsl.executor.runtime import RankRunner
@@ -247,6 +267,7 @@ class Pipeline:
             result = self.runner.step(self.iteration, collect=True)
         self.timings = result.timings
         self.iteration += 1
+        self._sum_tied_grads()
         self._reduce_grads()
         sink = self.binding.sink
         owner = min(self.plan.spec.block(sink).devices) == self.pp_rank
@@ -348,6 +369,26 @@ class Pipeline:
                 f"must be given the same batch (each replica its own): draw it by replica (pipe.replica), "
                 f"not by rank")
 
+    def _sum_tied_grads(self) -> None:
+        """Sum the gradient parts of each tied parameter over the ranks holding it, one part per
+        block using it (`Tie.count`): one flat all-reduce per set of holding ranks."""
+        for devs, group in self.tie_groups.items():
+            ties = [t for t in self.summed if t.ranks == devs]
+            params = [self.model.get_parameter(t.names[0]) for t in ties]
+            grads = []
+            for t, p in zip(ties, params):
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                if self.pp_rank not in t.count:  # its parts are counted on another device
+                    p.grad.zero_()
+                grads.append(p.grad)
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=group)
+            off = 0
+            for g in grads:
+                g.copy_(flat[off:off + g.numel()].view_as(g))
+                off += g.numel()
+
     def _reduce_grads(self) -> None:
         """Average every local gradient over the replicas (one flat all-reduce)."""
         if self.dp_group is None:
@@ -438,6 +479,19 @@ class _BlockModule(nn.Module):
         out = pipe.binding.run_block(self.block, pipe.trace, tuple(received), args, kwargs,
                                      pipe.loss_fn if last else None, target)
         return out
+
+
+def _check_tp_ties(tp: dict[str, dict[str, Any]], ties) -> None:
+    """Sharding a submodule replaces its parameters with DTensors, which would untie them."""
+    for b, plan in tp.items():
+        for f in plan:
+            for t in ties:
+                hit = [n for n in t.names if n.startswith(f + ".")]
+                if hit:
+                    raise ExecutionError(f"tensor-parallel plan for {b!r} shards {f!r}, whose parameter {hit[0]} is "
+                                         f"tied to {', '.join(n for n in t.names if n != hit[0])} in blocks "
+                                         f"{list(t.blocks)}: tied parameters are not sharded; untie them or leave "
+                                         f"{f!r} unsharded")
 
 
 def batch_hash(leaves: list) -> torch.Tensor:
