@@ -2,6 +2,7 @@
 spec and the model before anything is built, so a wrong mapping fails early with a plain message."""
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from pathlib import Path
@@ -56,8 +57,7 @@ def check_blocks(spec, model: nn.Module, order: list[str], blocks: dict[str, lis
     for b in order:
         for f in blocks[b]:
             if f not in modules or f == "":
-                close = sorted(n for n in modules if n and (n.split(".")[-1] == f.split(".")[-1]))[:3]
-                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                hint = f" (did you mean {', '.join(close)}?)" if (close := _guesses(f, modules)) else ""
                 raise ExecutionError(f"block {b!r}: the model has no submodule {f!r}{hint}")
             if f in owner:
                 raise ExecutionError(f"submodule {f!r} is in both {owner[f]!r} and {b!r}")
@@ -70,6 +70,14 @@ def check_blocks(spec, model: nn.Module, order: list[str], blocks: dict[str, lis
     loose = [n for n, p in model.named_parameters() if id(p) not in holder]
     if loose:
         raise ExecutionError(f"parameters outside every block: {loose[:5]}{' ...' if len(loose) > 5 else ''}")
+
+
+def _guesses(name: str, modules) -> list[str]:
+    """Names the user may have meant: the same last part under another prefix (a missing
+    ``model.``), else the closest spellings (a typo)."""
+    names = [n for n in modules if n]
+    same = sorted(n for n in names if n.split(".")[-1] == name.split(".")[-1])[:3]
+    return same or difflib.get_close_matches(name, names, n=3, cutoff=0.75)
 
 
 def check_tp(spec, blocks: dict[str, list[str]], tp: dict[str, dict[str, Any]]) -> None:

@@ -54,13 +54,17 @@ class Pipeline:
     after it is allocated on this rank's device (and for submodules outside every block that hold
     buffers), to fill in its weights. `tp` gives DTensor plans for multi-device blocks. `replicas` (or a
     2-D `mesh` named ``("dp", "pp")``) sets data parallelism; by default every rank the world has
-    beyond the plan's devices is a replica.
+    beyond the plan's devices is a replica. `loss_fn(output, *target)` gets the model's whole
+    output for a micro-batch (`.logits` of a Hugging Face model's); the step's loss is the mean
+    of the micro-batch losses, or with `loss_weight(*target)` (a micro-batch's token count, say)
+    their weighted mean over every micro-batch of every replica.
     """
 
     def __init__(self, plan: Plan | str | os.PathLike, model: nn.Module, loss_fn: Callable | None = None, *,
                  blocks: dict[str, list[str]] | str | os.PathLike, replicas: int | None = None, mesh=None,
                  device: torch.device | str | None = None, init: Callable[[str, nn.Module], None] | None = None,
-                 tp: dict[str, dict[str, Any]] | None = None, timeout: float = 300.0):
+                 tp: dict[str, dict[str, Any]] | None = None, timeout: float = 300.0,
+                 loss_weight: Callable[..., Any] | None = None):
         from tessel_dsl.executor.launch import check_plan, load
 
         self.plan = load(plan)
@@ -70,6 +74,7 @@ class Pipeline:
         if self.train and loss_fn is None:
             raise ExecutionError("a training plan needs loss_fn(output, *target)")
         self.loss_fn = loss_fn if self.train else None
+        self.loss_weight = loss_weight
         self.graph = forward_graph(spec)
         self.order = list(self.graph)
         if isinstance(blocks, (str, os.PathLike)):
@@ -263,6 +268,7 @@ class Pipeline:
         self._prepare(inputs, tuple(target))
         if not self._primed:
             self._prime()
+        weights = self._weights()
         with self._loss_parallel():
             result = self.runner.step(self.iteration, collect=True)
         self.timings = result.timings
@@ -271,10 +277,33 @@ class Pipeline:
         self._reduce_grads()
         sink = self.binding.sink
         owner = min(self.plan.spec.block(sink).devices) == self.pp_rank
-        total = torch.tensor([sum(result.losses.values()) if owner else 0.0], dtype=torch.float64,
-                             device=self.device)
+        w = weights or [1.0] * self.n
+        total = torch.tensor([sum(v * w[mb] for mb, v in result.losses.items()) if owner else 0.0],
+                             dtype=torch.float64, device=self.device)
         dist.all_reduce(total)
-        return float(total) / (self.n * self.replicas)
+        return float(total) / (self._total_weight if weights else self.n * self.replicas)
+
+    def _weights(self) -> list[float] | None:
+        """With `loss_weight`, each micro-batch's weight (from its target), and the loss seeds that
+        make the gradients those of the weighted mean over every micro-batch of every replica:
+        w_mb * R / W, R replicas and W the weights' sum over all of them (the replicas' gradients
+        are then averaged). Without, None: the loss is the mean of the micro-batch means."""
+        if self.loss_weight is None:
+            self.runner.seeds = None
+            return None
+        w = []
+        for mb in range(self.n):
+            v = self.loss_weight(*self.mbs[mb][2])
+            w.append(float(v.detach().double().sum()) if isinstance(v, torch.Tensor) else float(v))
+        total = torch.tensor([sum(w)], dtype=torch.float64, device=self.device)
+        if self.dp_group is not None:
+            dist.all_reduce(total, group=self.dp_group)
+        self._total_weight = float(total)
+        if self._total_weight <= 0:
+            raise ExecutionError(f"step {self.iteration}: loss_weight gave the batch a total weight of "
+                                 f"{self._total_weight:g}; it must be positive")
+        self.runner.seeds = [v * self.replicas / self._total_weight for v in w]
+        return w
 
     def _loss_parallel(self):
         """With tensor-parallel blocks, a loss over vocabulary-sharded logits (DTensor) is

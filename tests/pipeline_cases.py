@@ -184,3 +184,44 @@ def per_rank_batches(plan, blocks, data) -> list[float]:
     pipe = Pipeline(plan, ps.gpt(), ps.gpt_loss, blocks=blocks)
     x, y = data[dist.get_rank() % len(data)]
     return [pipe.step(x, y)]
+
+
+def padded_batches(steps: int, rows: int, seq: int = 8, vocab: int = 512):
+    """GPT batches whose labels end in padding (-100) of a different length in every row, so
+    micro-batches hold different numbers of tokens."""
+    data = ps.batches(vocab, steps, rows, seq)
+    out = []
+    for x, y in data:
+        y = y.clone()
+        for r in range(rows):
+            y[r, seq - (r * 3) % seq:] = -100
+        out.append((x, y))
+    return out
+
+
+def token_loss(logits, labels):
+    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+def tokens(labels):
+    return (labels != -100).sum()
+
+
+def token_mean_reference(build, data) -> dict:
+    """One process, one pass over each whole batch: the loss is the mean over its tokens."""
+    model = build()
+    opt = optimizer(model.parameters())
+    losses = []
+    for x, y in data:
+        loss = token_loss(model(x), y)
+        loss.backward()
+        grads = _grads(model.named_parameters())
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss.detach()))
+    return {"losses": losses, "grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+
+
+def token_weighted(plan, build, blocks, data, replicas: int) -> dict:
+    """`pipelined` with the token-mean loss and micro-batches weighted by their token counts."""
+    return pipelined(plan, build, token_loss, blocks, data, replicas, loss_weight=tokens)
