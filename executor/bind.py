@@ -119,6 +119,15 @@ class Binding:
             self.originals[fqn] = mod.forward
             mod.forward = self._dispatcher(fqn)
 
+    def unbind(self) -> None:
+        """Give the mapped submodules their own forward back."""
+        for fqn, mod in self.modules.items():
+            orig = self.originals[fqn]
+            if getattr(orig, "__self__", None) is mod and getattr(orig, "__func__", None) is type(mod).forward:
+                vars(mod).pop("forward", None)  # it was the class's: no instance attribute at all
+            else:
+                mod.forward = orig
+
     def _dispatcher(self, fqn: str):
         original = None
 

@@ -34,15 +34,14 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Mode
 from tessel_dsl.plan import Plan, plan_to_json
 
 from tessel_dsl.executor.bind import Binding, Trace
-from tessel_dsl.executor.block_map import check_blocks, check_tp, forward_graph, read_blocks
 from tessel_dsl.executor.checkpoint import load_checkpoint, save_checkpoint
 from tessel_dsl.executor.meta_init import materialise
 from tessel_dsl.executor.model_api import TensorMeta, forward_succs
-from tessel_dsl.executor.ties import find_ties
+from tessel_dsl.executor.preflight import (as_pair, batch_hash, check_batch, check_pipeline, check_setup,
+                                           check_world, split_batch)
 
 
 class Pipeline:
@@ -57,35 +56,28 @@ class Pipeline:
     beyond the plan's devices is a replica. `loss_fn(output, *target)` gets the model's whole
     output for a micro-batch (`.logits` of a Hugging Face model's); the step's loss is the mean
     of the micro-batch losses, or with `loss_weight(*target)` (a micro-batch's token count, say)
-    their weighted mean over every micro-batch of every replica.
+    their weighted mean over every micro-batch of every replica. Everything that can be checked
+    without the other ranks is checked before joining the process group; `batch` (an example
+    batch, as `step` takes it) adds the batch's split and a fake run of model and loss.
+    `Pipeline.check(...)` (`preflight.check_pipeline`) runs the same checks in the launching
+    process, before any rank starts.
     """
+
+    check = staticmethod(check_pipeline)
 
     def __init__(self, plan: Plan | str | os.PathLike, model: nn.Module, loss_fn: Callable | None = None, *,
                  blocks: dict[str, list[str]] | str | os.PathLike, replicas: int | None = None, mesh=None,
                  device: torch.device | str | None = None, init: Callable[[str, nn.Module], None] | None = None,
                  tp: dict[str, dict[str, Any]] | None = None, timeout: float = 300.0,
-                 loss_weight: Callable[..., Any] | None = None):
-        from tessel_dsl.executor.launch import check_plan, load
-
-        self.plan = load(plan)
-        check_plan(self.plan)
-        spec = self.plan.spec
-        self.train = spec.mode is Mode.TRAIN
-        if self.train and loss_fn is None:
-            raise ExecutionError("a training plan needs loss_fn(output, *target)")
+                 loss_weight: Callable[..., Any] | None = None, batch=None):
+        setup = check_setup(plan, model, loss_fn, blocks, tp)
+        self.plan, spec, self.train = setup.plan, setup.plan.spec, setup.train
         self.loss_fn = loss_fn if self.train else None
         self.loss_weight = loss_weight
-        self.graph = forward_graph(spec)
-        self.order = list(self.graph)
-        if isinstance(blocks, (str, os.PathLike)):
-            blocks = read_blocks(blocks)
-        self.blocks = {b: list(f) for b, f in blocks.items()}
-        check_blocks(spec, model, self.order, self.blocks)
-        self.tp = {b: dict(p) for b, p in (tp or {}).items()}
-        check_tp(spec, self.blocks, self.tp)
-        self.ties = find_ties(spec, model, self.order, self.blocks)
-        _check_tp_ties(self.tp, self.ties)
+        self.graph, self.order, self.blocks, self.tp, self.ties = setup.graph, setup.order, setup.blocks, setup.tp, setup.ties
         self.devices, self.n = spec.devices, self.plan.schedule.microbatches
+        if batch is not None:
+            check_batch(setup, model, batch, loss_weight)
         self._join(replicas, mesh, device, timeout)
         self.model = model
         self.binding = Binding(model, self.blocks, self.graph)
@@ -118,14 +110,7 @@ class Pipeline:
             if len(shape) != 2 or shape[1] != D:
                 raise ExecutionError(f"the mesh must be (replicas, {D}) for a {D}-device plan, got {shape}")
             replicas = shape[0]
-        if replicas is None:
-            if world % D:
-                raise ExecutionError(f"the plan places blocks on {D} devices, which does not divide the "
-                                     f"world of {world} ranks into replicas")
-            replicas = world // D
-        if replicas * D != world:
-            raise ExecutionError(f"{D} devices x {replicas} replicas = {D * replicas} ranks, "
-                                 f"but the world has {world}")
+        replicas = check_world(D, world, replicas)
         self.replicas, self.rank = replicas, dist.get_rank()
         self.replica, self.pp_rank = divmod(self.rank, D)
         self.backend = dist.get_backend()
@@ -262,10 +247,8 @@ class Pipeline:
         every rank. Gradients accumulate into ``.grad``; the optimizer step is yours."""
         if not self.train:
             raise ExecutionError("this plan is for inference: use forward(inputs)")
-        if target is None and isinstance(inputs, (tuple, list)) and len(inputs) == 2:
-            inputs, target = inputs
-        target = target if isinstance(target, (tuple, list)) else (target,)
-        self._prepare(inputs, tuple(target))
+        inputs, target = as_pair(inputs, target)
+        self._prepare(inputs, target)
         if not self._primed:
             self._prime()
         weights = self._weights()
@@ -354,19 +337,7 @@ class Pipeline:
     # -- one step ---------------------------------------------------------------------------
     def _prepare(self, inputs, target: tuple) -> None:
         """Split the batch into micro-batches (checked before anything runs) and trace its shape."""
-        if isinstance(inputs, dict):
-            args, kwargs = (), dict(inputs)
-        elif isinstance(inputs, (tuple, list)):
-            args, kwargs = tuple(inputs), {}
-        else:
-            args, kwargs = (inputs,), {}
-        leaves, spec = pytree.tree_flatten((args, kwargs, target))
-        for i, x in enumerate(leaves):
-            if isinstance(x, torch.Tensor):
-                rows = x.shape[0] if x.dim() else 0
-                if x.dim() == 0 or rows % self.n:
-                    raise ExecutionError(f"a batch of {rows} rows does not split into the plan's {self.n} "
-                                         f"micro-batches (every input and target tensor is split on dim 0)")
+        leaves, spec = split_batch(inputs, target, self.n)
         leaves = [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in leaves]
         self._same_batch(leaves)
         chunks = [x.chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n for x in leaves]
@@ -384,7 +355,8 @@ class Pipeline:
         each block other micro-batches than its neighbours' and train wrong without an error."""
         mine = batch_hash(leaves).to(self.device)
         every = torch.empty(self.devices * mine.numel(), dtype=mine.dtype, device=self.device)
-        dist.all_gather_into_tensor(every, mine, group=self.mesh.get_group("pp"))
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
+        gather(every, mine, group=self.mesh.get_group("pp"))
         kinds: dict[tuple, list[int]] = {}
         for d, h in enumerate(every.view(self.devices, -1).tolist()):
             kinds.setdefault(tuple(h), []).append(self.ranks[d])
@@ -508,50 +480,6 @@ class _BlockModule(nn.Module):
         out = pipe.binding.run_block(self.block, pipe.trace, tuple(received), args, kwargs,
                                      pipe.loss_fn if last else None, target)
         return out
-
-
-def _check_tp_ties(tp: dict[str, dict[str, Any]], ties) -> None:
-    """Sharding a submodule replaces its parameters with DTensors, which would untie them."""
-    for b, plan in tp.items():
-        for f in plan:
-            for t in ties:
-                hit = [n for n in t.names if n.startswith(f + ".")]
-                if hit:
-                    raise ExecutionError(f"tensor-parallel plan for {b!r} shards {f!r}, whose parameter {hit[0]} is "
-                                         f"tied to {', '.join(n for n in t.names if n != hit[0])} in blocks "
-                                         f"{list(t.blocks)}: tied parameters are not sharded; untie them or leave "
-                                         f"{f!r} unsharded")
-
-
-def batch_hash(leaves: list) -> torch.Tensor:
-    """Two int64 numbers identifying a batch exactly, computed where it lies: every tensor's
-    bits (viewed as integers) summed with position-dependent odd weights, and its shape and
-    dtype with the other leaves' text. Integer sums wrap and are exact, so equal batches give
-    equal numbers on any device and a changed element changes the first."""
-    import zlib
-
-    acc = torch.zeros((), dtype=torch.int64, device=next((x.device for x in leaves if isinstance(x, torch.Tensor)),
-                                                          torch.device("cpu")))
-    text = []
-    for k, x in enumerate(leaves):
-        if not isinstance(x, torch.Tensor):
-            text.append(repr(x))
-            continue
-        text.append(f"{tuple(x.shape)}{x.dtype}")
-        bits = _as_ints(x.detach().contiguous().reshape(-1))
-        weights = torch.arange(bits.numel(), dtype=torch.int64, device=bits.device) * 0x9E3779B97F4A7C1 + 2 * k + 1
-        acc = acc + (bits * (weights | 1)).sum()
-    shape = zlib.crc32("|".join(text).encode())
-    return torch.stack([acc, torch.tensor(shape, dtype=torch.int64, device=acc.device)])
-
-
-def _as_ints(x: torch.Tensor) -> torch.Tensor:
-    if x.dtype == torch.bool:
-        return x.long()
-    if x.is_floating_point() or x.is_complex():
-        x = x.view(torch.uint8) if x.element_size() == 1 else x.view({2: torch.int16, 4: torch.int32,
-                                                                         8: torch.int64}[x.element_size()])
-    return x.long()
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
