@@ -82,6 +82,10 @@ def seq2seq_loss(out, labels):
     return F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten())
 
 
+def qwen2_tied():
+    return qwen2(tie=True)
+
+
 def lm_loss(out, labels):
     return F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten())
 

@@ -50,3 +50,10 @@ def test_t5_shared_embedding_two_ranks():
 def test_t5_shared_embedding_two_pipeline_by_two_data_parallel_ranks():
     plan = ps.searched_plan(ps.vshape(2, 2))
     _check(plan, pc.t5, pc.T5_BLOCKS, pc.t5_batches(STEPS, 8), pc.seq2seq_loss, replicas=2)
+
+
+def test_qwen2_with_tied_word_embeddings_built_on_meta():
+    # Tied embedding and head, rotary tables rebuilt from the config: both at once.
+    plan = ps.searched_plan(ps.vshape(2, 2))
+    _check(plan, pc.qwen2_tied, pc.decoder_blocks(plan.spec), ps.batches(96, STEPS, 4, 8), pc.lm_loss,
+           on_meta=True)
