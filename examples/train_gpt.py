@@ -153,7 +153,7 @@ def main() -> None:
         losses = train(args, plan)
     else:
         from tessel_dsl.executor.pipeline import Pipeline
-        from tessel_dsl.executor.ranks import run_ranks
+        from tessel_dsl.executor.local_ranks import run_ranks
 
         # Names, batch and world checked here, in about a second, before any rank starts.
         world = plan.spec.devices * args.replicas

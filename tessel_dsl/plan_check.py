@@ -29,6 +29,8 @@ from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.units import memory_in, time_in
 
+__all__ = ["validate_plan"]
+
 _IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
 _MAX_NAME = 200
 _MAX_DIMS = 16

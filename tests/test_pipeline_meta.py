@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tessel_dsl.errors import ExecutionError  # noqa: E402
-from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
+from tessel_dsl.executor.local_ranks import run_ranks  # noqa: E402
 
 from . import pipeline_cases as pc  # noqa: E402
 from . import pipeline_support as ps  # noqa: E402

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tessel_dsl.executor.block_map import forward_graph  # noqa: E402
-from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
+from tessel_dsl.executor.local_ranks import run_ranks  # noqa: E402
 from tessel_dsl.executor.ties import find_ties  # noqa: E402
 
 from . import pipeline_cases as pc  # noqa: E402

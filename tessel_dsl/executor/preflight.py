@@ -112,9 +112,10 @@ def split_batch(inputs, target: tuple, n: int) -> tuple[list, Any]:
     for x in leaves:
         if isinstance(x, torch.Tensor):
             rows = x.shape[0] if x.dim() else 0
-            if x.dim() == 0 or rows % n:
+            if x.dim() == 0 or rows % n or rows == 0:  # 0 rows would train to a NaN loss
                 raise ExecutionError(f"a batch of {rows} rows does not split into the plan's {n} "
-                                     f"micro-batches (every input and target tensor is split on dim 0)")
+                                     f"micro-batches of at least one row (every input and target tensor "
+                                     f"is split on dim 0)")
     return leaves, spec
 
 

@@ -8,7 +8,7 @@ for tokens, labels in loader:
     opt.step(); opt.zero_grad()
 ```
 
-Run one process per rank (``torchrun``, or `tessel_dsl.executor.ranks.run_ranks`). With R x D
+Run one process per rank (``torchrun``, or `tessel_dsl.executor.local_ranks.run_ranks`). With R x D
 ranks for a D-device plan, ranks form a 2-D DeviceMesh ``("dp", "pp")``: replica k runs the plan on
 ranks ``k*D .. k*D+D-1``, and after each step every parameter's gradient is averaged over the
 replicas that hold it. Every rank of a replica must be given the same batch (each replica its own).
@@ -98,7 +98,7 @@ class Pipeline:
         if not dist.is_initialized():
             if "RANK" not in os.environ:
                 raise ExecutionError("no process group: start the ranks with torchrun or "
-                                     "tessel_dsl.executor.ranks.run_ranks")
+                                     "tessel_dsl.executor.local_ranks.run_ranks")
             backend, bind = ("nccl", None) if torch.cuda.is_available() else ("gloo", None)
             if backend == "nccl":
                 bind = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -434,10 +434,12 @@ class Pipeline:
         all ranks call it together."""
         save_checkpoint(self, path, optimizer, step)
 
-    def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None) -> int:
+    def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None, *,
+             trusted: bool = False) -> int:
         """Load a checkpoint written by `save` for the same plan and mapping; returns its step.
-        Checked on every rank before anything is read."""
-        return load_checkpoint(self, path, optimizer)
+        Checked on every rank before anything is read. Only DCP's metadata classes and plain data
+        are unpickled unless `trusted` (DCP's own loader, which runs whatever the files name)."""
+        return load_checkpoint(self, path, optimizer, trusted)
 
 
 class _Stage:

@@ -18,6 +18,8 @@ from tessel_dsl.ir import Kind, Spec
 from tessel_dsl.lang.options import BLOCK_FIELDS
 from tessel_dsl.units import memory_in
 
+__all__ = ["check", "diagnose"]
+
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 OPS = ("<", "<=", "==", "!=", ">=", ">")
 
