@@ -11,14 +11,16 @@ for tokens, labels in loader:
 Run one process per rank (``torchrun``, or `tessel_dsl.executor.local_ranks.run_ranks`). With R x D
 ranks for a D-device plan, ranks form a 2-D DeviceMesh ``("dp", "pp")``: replica k runs the plan on
 ranks ``k*D .. k*D+D-1``, and after each step every parameter's gradient is averaged over the
-replicas that hold it. Every rank of a replica must be given the same batch (each replica its own).
+replicas that hold it. Every rank of a replica must be given the same batch (each replica its own;
+checked every step). A parameter used by blocks on several ranks (tied weights) is held by each
+and its gradient parts are summed over them first (`ties.py`).
 
 The step runs exactly the plan's program of this rank with `RankRunner`: the loss block's backward
 is seeded with 1/N, so the gradients equal those of the mean loss over the N micro-batches, as one
-process accumulating over the same micro-batches would get them. A multi-device block is run whole
-on each of its devices (replicated parameters, identical gradients on every copy) unless `tp` gives
-it a DTensor plan, which shards it over a DeviceMesh of exactly those devices (all of the plan's
-or a subset).
+process accumulating over the same micro-batches would get them (with `loss_weight`, the weighted
+mean). A multi-device block is run whole on each of its devices (replicated parameters, identical
+gradients on every copy) unless `tp` gives it a DTensor plan, which shards it over a DeviceMesh of
+exactly those devices (all of the plan's or a subset).
 """
 from __future__ import annotations
 
