@@ -69,30 +69,41 @@ def make_plan(args):
     return Plan(spec, res.schedule, lower(spec, res.schedule))
 
 
-def train(args, plan) -> list[float]:
+def setup(args, plan):
+    """The model on the meta device (nothing allocated until each rank keeps its own blocks), its
+    block mapping, DTensor plans for E and H, and an example batch of the right shape."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    from tessel_dsl.executor.models.common import seeded
     from tessel_dsl.executor.models.gpt import GPT, Config, blocks_by_name
-    from tessel_dsl.executor.pipeline import Pipeline
 
     cfg = Config(vocab=256, hidden=args.hidden, heads=4, layers=args.layers, seq=args.seq, batch=args.rows)
-    with torch.device("meta"):  # nothing allocated until each rank keeps its own blocks
+    with torch.device("meta"):
         model = GPT(cfg)
-    weights = dict(seeded(GPT, cfg).named_modules())  # small here; load your checkpoint instead
-
-    def init(fqn, module):
-        module.load_state_dict(weights[fqn].state_dict())
-
     names = {b.name for b in plan.spec.blocks}
     tp = {}
     if args.tp and "E" in names:
         tp["E"] = {"embed": RowwiseParallel(input_layouts=Replicate())}
     if args.tp and "H" in names:
         tp["H"] = {"head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)}
-    pipe = Pipeline(plan, model, lm_loss, blocks=blocks_by_name(plan.spec, cfg.layers), replicas=args.replicas,
-                    init=init, tp=tp)
+    rows = args.rows * plan.schedule.microbatches  # per replica and step
+    example = (torch.zeros(rows, cfg.seq, dtype=torch.long),) * 2
+    return cfg, model, blocks_by_name(plan.spec, cfg.layers), tp, example
+
+
+def train(args, plan) -> list[float]:
+    from tessel_dsl.executor.models.common import seeded
+    from tessel_dsl.executor.models.gpt import GPT
+    from tessel_dsl.executor.pipeline import Pipeline
+
+    cfg, model, blocks, tp, example = setup(args, plan)
+    weights = dict(seeded(GPT, cfg).named_modules())  # small here; load your checkpoint instead
+
+    def init(fqn, module):
+        module.load_state_dict(weights[fqn].state_dict())
+
+    # batch=: the example batch is checked (split, fake run) before the process group is joined
+    pipe = Pipeline(plan, model, lm_loss, blocks=blocks, replicas=args.replicas, init=init, tp=tp, batch=example)
     opt = torch.optim.AdamW(pipe.param_groups(), lr=args.lr)
     rows = args.rows * plan.schedule.microbatches  # per replica and step
     data = batches(corpus(args.text), rows, cfg.seq, seed=1 + pipe.replica)
@@ -141,9 +152,14 @@ def main() -> None:
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
         losses = train(args, plan)
     else:
+        from tessel_dsl.executor.pipeline import Pipeline
         from tessel_dsl.executor.local_ranks import run_ranks
 
-        losses = run_ranks(train, plan.spec.devices * args.replicas, args, plan, threads=1)[0]
+        # Names, batch and world checked here, in about a second, before any rank starts.
+        world = plan.spec.devices * args.replicas
+        _, model, blocks, tp, example = setup(args, plan)
+        Pipeline.check(plan, model, lm_loss, blocks=blocks, batch=example, world=world, tp=tp)
+        losses = run_ranks(train, world, args, plan, threads=1)[0]
     if os.environ.get("RANK", "0") == "0":
         k = max(1, len(losses) // 10)
         first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k

@@ -10,7 +10,9 @@ submodules switched by role --
   returned (zero-stride zeros), so the glue code between submodules (masks, position ids, rotary
   tables) still runs, on values computed from the batch and buffers alone;
 * on the first call into the block, the arguments that depend on the parameters of its input
-  blocks are replaced by the tensors received from them;
+  blocks are replaced by the tensors received from them, and so are the same objects wherever
+  a later submodule of the block is handed them (an encoder's output given to every decoder
+  layer's cross-attention);
 * on the first call into each block it feeds, those same arguments are captured as the block's
   output; once every such block is reached the forward stops.
 
@@ -116,6 +118,15 @@ class Binding:
         for fqn, mod in self.modules.items():
             self.originals[fqn] = mod.forward
             mod.forward = self._dispatcher(fqn)
+
+    def unbind(self) -> None:
+        """Give the mapped submodules their own forward back."""
+        for fqn, mod in self.modules.items():
+            orig = self.originals[fqn]
+            if getattr(orig, "__self__", None) is mod and getattr(orig, "__func__", None) is type(mod).forward:
+                vars(mod).pop("forward", None)  # it was the class's: no instance attribute at all
+            else:
+                mod.forward = orig
 
     def _dispatcher(self, fqn: str):
         original = None
@@ -289,17 +300,21 @@ class _BlockRun:
         self.captured: dict[tuple[str, int], torch.Tensor] = {}
         self.reached: set[str] = set()
         self.entered = False
+        # the first call's replaced arguments, by identity: the same object handed to a later
+        # submodule of the block (an encoder's output to every cross-attention) is replaced too
+        self.swap: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def call(self, fqn, original, args, kwargs):
         there = self.b.owner[fqn]
         if there == self.block:
+            leaves, spec = pytree.tree_flatten((args, kwargs))
             if not self.entered:
                 self.entered = True
-                if self.inputs:
-                    leaves, spec = pytree.tree_flatten((args, kwargs))
-                    for i, t in self.inputs.items():
-                        leaves[i] = t
-                    args, kwargs = pytree.tree_unflatten(leaves, spec)
+                for i, t in self.inputs.items():
+                    self.swap[id(leaves[i])] = (leaves[i], t)
+            if self.swap and any(id(x) in self.swap for x in leaves):
+                leaves = [self.swap[id(x)][1] if id(x) in self.swap else x for x in leaves]
+                args, kwargs = pytree.tree_unflatten(leaves, spec)
             return original(*args, **kwargs)
         if there in self.b.succs[self.block] and there not in self.reached:
             self.reached.add(there)

@@ -2,6 +2,7 @@
 spec and the model before anything is built, so a wrong mapping fails early with a plain message."""
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from pathlib import Path
@@ -44,20 +45,19 @@ def forward_graph(spec) -> dict[str, tuple[str, ...]]:
 
 
 def check_blocks(spec, model: nn.Module, order: list[str], blocks: dict[str, list[str]]) -> None:
-    """Every forward block mapped, every name a submodule, every parameter in exactly one block."""
+    """Every forward block mapped, every name a submodule, every parameter in some block."""
     unknown = sorted(set(blocks) - set(order))
     if unknown:
         raise ExecutionError(f"blocks {unknown} are not forward blocks of spec {spec.name!r} ({order})")
     missing = [b for b in order if not blocks.get(b)]
     if missing:
         raise ExecutionError(f"no submodules given for forward block(s) {missing}")
-    modules = dict(model.named_modules())
+    modules = dict(model.named_modules(remove_duplicate=False))
     owner: dict[str, str] = {}
     for b in order:
         for f in blocks[b]:
             if f not in modules or f == "":
-                close = sorted(n for n in modules if n and (n.split(".")[-1] == f.split(".")[-1]))[:3]
-                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                hint = f" (did you mean {', '.join(close)}?)" if (close := _guesses(f, modules)) else ""
                 raise ExecutionError(f"block {b!r}: the model has no submodule {f!r}{hint}")
             if f in owner:
                 raise ExecutionError(f"submodule {f!r} is in both {owner[f]!r} and {b!r}")
@@ -66,16 +66,18 @@ def check_blocks(spec, model: nn.Module, order: list[str], blocks: dict[str, lis
         for g in owner:
             if f != g and g.startswith(f + "."):
                 raise ExecutionError(f"{g!r} ({owner[g]}) lies inside {f!r} ({owner[f]})")
-    holder: dict[int, str] = {}
-    for f, b in owner.items():
-        for n, p in modules[f].named_parameters():
-            if holder.get(id(p), b) != b:
-                raise ExecutionError(f"parameter {f}.{n} is shared by blocks {holder[id(p)]!r} and {b!r}; "
-                                     f"tied weights across blocks are not supported")
-            holder[id(p)] = b
+    holder = {id(p) for f in owner for p in modules[f].parameters()}  # a tied one may be in several (ties.py)
     loose = [n for n, p in model.named_parameters() if id(p) not in holder]
     if loose:
         raise ExecutionError(f"parameters outside every block: {loose[:5]}{' ...' if len(loose) > 5 else ''}")
+
+
+def _guesses(name: str, modules) -> list[str]:
+    """Names the user may have meant: the same last part under another prefix (a missing
+    ``model.``), else the closest spellings (a typo)."""
+    names = [n for n in modules if n]
+    same = sorted(n for n in names if n.split(".")[-1] == name.split(".")[-1])[:3]
+    return same or difflib.get_close_matches(name, names, n=3, cutoff=0.75)
 
 
 def check_tp(spec, blocks: dict[str, list[str]], tp: dict[str, dict[str, Any]]) -> None:

@@ -11,14 +11,16 @@ for tokens, labels in loader:
 Run one process per rank (``torchrun``, or `tessel_dsl.executor.local_ranks.run_ranks`). With R x D
 ranks for a D-device plan, ranks form a 2-D DeviceMesh ``("dp", "pp")``: replica k runs the plan on
 ranks ``k*D .. k*D+D-1``, and after each step every parameter's gradient is averaged over the
-replicas that hold it. Every rank of a replica must be given the same batch (each replica its own).
+replicas that hold it. Every rank of a replica must be given the same batch (each replica its own;
+checked every step). A parameter used by blocks on several ranks (tied weights) is held by each
+and its gradient parts are summed over them first (`ties.py`).
 
 The step runs exactly the plan's program of this rank with `RankRunner`: the loss block's backward
 is seeded with 1/N, so the gradients equal those of the mean loss over the N micro-batches, as one
-process accumulating over the same micro-batches would get them. A multi-device block is run whole
-on each of its devices (replicated parameters, identical gradients on every copy) unless `tp` gives
-it a DTensor plan, which shards it over a DeviceMesh of exactly those devices (all of the plan's
-or a subset).
+process accumulating over the same micro-batches would get them (with `loss_weight`, the weighted
+mean). A multi-device block is run whole on each of its devices (replicated parameters, identical
+gradients on every copy) unless `tp` gives it a DTensor plan, which shards it over a DeviceMesh of
+exactly those devices (all of the plan's or a subset).
 """
 from __future__ import annotations
 
@@ -34,13 +36,14 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Mode
 from tessel_dsl.plan import Plan, plan_to_json
 
 from tessel_dsl.executor.bind import Binding, Trace
-from tessel_dsl.executor.block_map import check_blocks, check_tp, forward_graph, read_blocks
 from tessel_dsl.executor.checkpoint import load_checkpoint, save_checkpoint
+from tessel_dsl.executor.meta_init import materialise
 from tessel_dsl.executor.model_api import TensorMeta, forward_succs
+from tessel_dsl.executor.preflight import (as_pair, batch_hash, check_batch, check_pipeline, check_setup,
+                                           check_world, split_batch)
 
 
 class Pipeline:
@@ -52,31 +55,31 @@ class Pipeline:
     after it is allocated on this rank's device (and for submodules outside every block that hold
     buffers), to fill in its weights. `tp` gives DTensor plans for multi-device blocks. `replicas` (or a
     2-D `mesh` named ``("dp", "pp")``) sets data parallelism; by default every rank the world has
-    beyond the plan's devices is a replica.
+    beyond the plan's devices is a replica. `loss_fn(output, *target)` gets the model's whole
+    output for a micro-batch (`.logits` of a Hugging Face model's); the step's loss is the mean
+    of the micro-batch losses, or with `loss_weight(*target)` (a micro-batch's token count, say)
+    their weighted mean over every micro-batch of every replica. Everything that can be checked
+    without the other ranks is checked before joining the process group; `batch` (an example
+    batch, as `step` takes it) adds the batch's split and a fake run of model and loss.
+    `Pipeline.check(...)` (`preflight.check_pipeline`) runs the same checks in the launching
+    process, before any rank starts.
     """
+
+    check = staticmethod(check_pipeline)
 
     def __init__(self, plan: Plan | str | os.PathLike, model: nn.Module, loss_fn: Callable | None = None, *,
                  blocks: dict[str, list[str]] | str | os.PathLike, replicas: int | None = None, mesh=None,
                  device: torch.device | str | None = None, init: Callable[[str, nn.Module], None] | None = None,
-                 tp: dict[str, dict[str, Any]] | None = None, timeout: float = 300.0):
-        from tessel_dsl.executor.launch import check_plan, load
-
-        self.plan = load(plan)
-        check_plan(self.plan)
-        spec = self.plan.spec
-        self.train = spec.mode is Mode.TRAIN
-        if self.train and loss_fn is None:
-            raise ExecutionError("a training plan needs loss_fn(output, *target)")
+                 tp: dict[str, dict[str, Any]] | None = None, timeout: float = 300.0,
+                 loss_weight: Callable[..., Any] | None = None, batch=None):
+        setup = check_setup(plan, model, loss_fn, blocks, tp)
+        self.plan, spec, self.train = setup.plan, setup.plan.spec, setup.train
         self.loss_fn = loss_fn if self.train else None
-        self.graph = forward_graph(spec)
-        self.order = list(self.graph)
-        if isinstance(blocks, (str, os.PathLike)):
-            blocks = read_blocks(blocks)
-        self.blocks = {b: list(f) for b, f in blocks.items()}
-        check_blocks(spec, model, self.order, self.blocks)
-        self.tp = {b: dict(p) for b, p in (tp or {}).items()}
-        check_tp(spec, self.blocks, self.tp)
+        self.loss_weight = loss_weight
+        self.graph, self.order, self.blocks, self.tp, self.ties = setup.graph, setup.order, setup.blocks, setup.tp, setup.ties
         self.devices, self.n = spec.devices, self.plan.schedule.microbatches
+        if batch is not None:
+            check_batch(setup, model, batch, loss_weight)
         self._join(replicas, mesh, device, timeout)
         self.model = model
         self.binding = Binding(model, self.blocks, self.graph)
@@ -85,6 +88,7 @@ class Pipeline:
         self._materialise(here, init)
         self._parallelize(here)
         self.stage = _Stage(self, here)
+        self._tie_groups()
         self._traces: dict[Any, Trace] = {}
         self.trace: Trace | None = None
         self.iteration = 0
@@ -108,14 +112,7 @@ class Pipeline:
             if len(shape) != 2 or shape[1] != D:
                 raise ExecutionError(f"the mesh must be (replicas, {D}) for a {D}-device plan, got {shape}")
             replicas = shape[0]
-        if replicas is None:
-            if world % D:
-                raise ExecutionError(f"the plan places blocks on {D} devices, which does not divide the "
-                                     f"world of {world} ranks into replicas")
-            replicas = world // D
-        if replicas * D != world:
-            raise ExecutionError(f"{D} devices x {replicas} replicas = {D * replicas} ranks, "
-                                 f"but the world has {world}")
+        replicas = check_world(D, world, replicas)
         self.replicas, self.rank = replicas, dist.get_rank()
         self.replica, self.pp_rank = divmod(self.rank, D)
         self.backend = dist.get_backend()
@@ -136,38 +133,9 @@ class Pipeline:
 
     def _materialise(self, here: list[str], init) -> None:
         """Local submodules onto the device (allocated and `init`-ed when on meta), the others'
-        parameters onto meta, so a rank holds only its own part of the model."""
-        local = {f for b in here for f in self.blocks[b]}
+        parameters onto meta, so a rank holds only its own part of the model (`meta_init`)."""
         self.local = [f for b in here for f in self.blocks[b]]
-        for fqn, mod in self.binding.modules.items():
-            if fqn in local:
-                if _on_meta(mod):
-                    if init is None:
-                        raise ExecutionError(f"{fqn!r} is on the meta device: pass init(fqn, module) to fill it")
-                    mod.to_empty(device=self.device)
-                    with torch.no_grad():
-                        init(fqn, mod)
-                else:
-                    mod.to(self.device)
-            else:
-                mod.to("meta")
-        mapped = set(self.binding.modules)
-        for fqn, mod in self.model.named_modules():
-            if any(fqn == m or fqn.startswith(m + ".") for m in mapped):
-                continue
-            own = list(mod.named_buffers(recurse=False))
-            if not own:
-                continue
-            if any(b.is_meta for _, b in own):
-                if init is None:
-                    raise ExecutionError(f"{fqn!r} holds buffers on the meta device: pass init(fqn, module)")
-                for n, b in own:
-                    mod._buffers[n] = torch.empty_like(b, device=self.device)
-                with torch.no_grad():
-                    init(fqn, mod)
-            else:
-                for n, b in own:
-                    mod._buffers[n] = b.to(self.device)
+        materialise(self.model, self.binding.modules, set(self.local), self.device, init)
 
     def _parallelize(self, here: list[str]) -> None:
         """Shard the submodules of local multi-device blocks with their DTensor plans, each over a
@@ -201,6 +169,22 @@ class Pipeline:
                 if self.rank in ranks:
                     meshes[devs] = DeviceMesh.from_group(group, self.device.type)
         return meshes
+
+    def _tie_groups(self) -> None:
+        """The process group of each set of devices holding a tied parameter whose gradient
+        parts are summed (`ties.py`), created by every rank in one order (`new_group` is
+        collective over the world); this rank keeps the groups of the sets it is in."""
+        self.summed = [t for t in self.ties if t.count]
+        self.tie_groups: dict[tuple[int, ...], Any] = {}
+        for devs in sorted({t.ranks for t in self.summed}):
+            if len(devs) == self.devices:
+                self.tie_groups[devs] = self.mesh.get_group("pp")
+                continue
+            for k in range(self.replicas):
+                ranks = [int(self.mesh.mesh[k][d]) for d in devs]
+                group = dist.new_group(ranks)
+                if self.rank in ranks:
+                    self.tie_groups[devs] = group
 
     def _make_runner(self, timeout: float) -> None:
         from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
@@ -265,23 +249,46 @@ class Pipeline:
         every rank. Gradients accumulate into ``.grad``; the optimizer step is yours."""
         if not self.train:
             raise ExecutionError("this plan is for inference: use forward(inputs)")
-        if target is None and isinstance(inputs, (tuple, list)) and len(inputs) == 2:
-            inputs, target = inputs
-        target = target if isinstance(target, (tuple, list)) else (target,)
-        self._prepare(inputs, tuple(target))
+        inputs, target = as_pair(inputs, target)
+        self._prepare(inputs, target)
         if not self._primed:
             self._prime()
+        weights = self._weights()
         with self._loss_parallel():
             result = self.runner.step(self.iteration, collect=True)
         self.timings = result.timings
         self.iteration += 1
+        self._sum_tied_grads()
         self._reduce_grads()
         sink = self.binding.sink
         owner = min(self.plan.spec.block(sink).devices) == self.pp_rank
-        total = torch.tensor([sum(result.losses.values()) if owner else 0.0], dtype=torch.float64,
-                             device=self.device)
+        w = weights or [1.0] * self.n
+        total = torch.tensor([sum(v * w[mb] for mb, v in result.losses.items()) if owner else 0.0],
+                             dtype=torch.float64, device=self.device)
         dist.all_reduce(total)
-        return float(total) / (self.n * self.replicas)
+        return float(total) / (self._total_weight if weights else self.n * self.replicas)
+
+    def _weights(self) -> list[float] | None:
+        """With `loss_weight`, each micro-batch's weight (from its target), and the loss seeds that
+        make the gradients those of the weighted mean over every micro-batch of every replica:
+        w_mb * R / W, R replicas and W the weights' sum over all of them (the replicas' gradients
+        are then averaged). Without, None: the loss is the mean of the micro-batch means."""
+        if self.loss_weight is None:
+            self.runner.seeds = None
+            return None
+        w = []
+        for mb in range(self.n):
+            v = self.loss_weight(*self.mbs[mb][2])
+            w.append(float(v.detach().double().sum()) if isinstance(v, torch.Tensor) else float(v))
+        total = torch.tensor([sum(w)], dtype=torch.float64, device=self.device)
+        if self.dp_group is not None:
+            dist.all_reduce(total, group=self.dp_group)
+        self._total_weight = float(total)
+        if self._total_weight <= 0:
+            raise ExecutionError(f"step {self.iteration}: loss_weight gave the batch a total weight of "
+                                 f"{self._total_weight:g}; it must be positive")
+        self.runner.seeds = [v * self.replicas / self._total_weight for v in w]
+        return w
 
     def _loss_parallel(self):
         """With tensor-parallel blocks, a loss over vocabulary-sharded logits (DTensor) is
@@ -332,22 +339,10 @@ class Pipeline:
     # -- one step ---------------------------------------------------------------------------
     def _prepare(self, inputs, target: tuple) -> None:
         """Split the batch into micro-batches (checked before anything runs) and trace its shape."""
-        if isinstance(inputs, dict):
-            args, kwargs = (), dict(inputs)
-        elif isinstance(inputs, (tuple, list)):
-            args, kwargs = tuple(inputs), {}
-        else:
-            args, kwargs = (inputs,), {}
-        leaves, spec = pytree.tree_flatten((args, kwargs, target))
-        for i, x in enumerate(leaves):
-            if isinstance(x, torch.Tensor):
-                rows = x.shape[0] if x.dim() else 0
-                if x.dim() == 0 or rows % self.n or rows == 0:  # 0 rows would train to a NaN loss
-                    raise ExecutionError(f"a batch of {rows} rows does not split into the plan's {self.n} "
-                                         f"micro-batches of at least one row (every input and target tensor "
-                                         f"is split on dim 0)")
-        chunks = [x.to(self.device).chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n
-                  for x in leaves]
+        leaves, spec = split_batch(inputs, target, self.n)
+        leaves = [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in leaves]
+        self._same_batch(leaves)
+        chunks = [x.chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n for x in leaves]
         self.mbs = [pytree.tree_unflatten([c[mb] for c in chunks], spec) for mb in range(self.n)]
         key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else repr(x)
                     for x in pytree.tree_leaves(self.mbs[0]))
@@ -355,6 +350,47 @@ class Pipeline:
             a, k, t = self.mbs[0]
             self._traces[key] = self.binding.trace(a, k, self.loss_fn, t, self.device)
         self.trace = self._traces[key]
+
+    def _same_batch(self, leaves: list) -> None:
+        """Every rank of this pipeline was given the same batch: a fingerprint of it (`batch_hash`)
+        gathered over the pipeline's ranks, once per step. A per-rank sampler would otherwise feed
+        each block other micro-batches than its neighbours' and train wrong without an error."""
+        mine = batch_hash(leaves).to(self.device)
+        every = torch.empty(self.devices * mine.numel(), dtype=mine.dtype, device=self.device)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
+        gather(every, mine, group=self.mesh.get_group("pp"))
+        kinds: dict[tuple, list[int]] = {}
+        for d, h in enumerate(every.view(self.devices, -1).tolist()):
+            kinds.setdefault(tuple(h), []).append(self.ranks[d])
+        if len(kinds) > 1:
+            parts = [f"rank{'s' * (len(r) > 1)} {', '.join(map(str, r))} got {'another' if i else 'one'}"
+                     for i, r in enumerate(kinds.values())]
+            groups = ", ".join(parts)
+            raise ExecutionError(
+                f"step {self.iteration}: the ranks of one pipeline (replica {self.replica}, ranks "
+                f"{list(self.ranks)}) were given different batches: {groups}. Every rank of a pipeline "
+                f"must be given the same batch (each replica its own): draw it by replica (pipe.replica), "
+                f"not by rank")
+
+    def _sum_tied_grads(self) -> None:
+        """Sum the gradient parts of each tied parameter over the ranks holding it, one part per
+        block using it (`Tie.count`): one flat all-reduce per set of holding ranks."""
+        for devs, group in self.tie_groups.items():
+            ties = [t for t in self.summed if t.ranks == devs]
+            params = [self.model.get_parameter(t.names[0]) for t in ties]
+            grads = []
+            for t, p in zip(ties, params):
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                if self.pp_rank not in t.count:  # its parts are counted on another device
+                    p.grad.zero_()
+                grads.append(p.grad)
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=group)
+            off = 0
+            for g in grads:
+                g.copy_(flat[off:off + g.numel()].view_as(g))
+                off += g.numel()
 
     def _reduce_grads(self) -> None:
         """Average every local gradient over the replicas (one flat all-reduce)."""
@@ -454,6 +490,3 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     """The storage of this rank's shard of a DTensor (written in place), or `t` itself."""
     return getattr(t, "_local_tensor", t)
 
-
-def _on_meta(mod: nn.Module) -> bool:
-    return any(t.is_meta for t in list(mod.parameters()) + list(mod.buffers()))

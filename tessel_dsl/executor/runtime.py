@@ -48,6 +48,7 @@ class RankRunner:
         self.program = plan.programs[rank]
         self.train = plan.spec.mode is Mode.TRAIN
         self.scale = 1.0 / max(1, plan.schedule.microbatches)
+        self.seeds: list[float] | None = None  # per micro-batch loss seeds in place of 1/N (weighted means)
         self.progress = progress or (lambda *_: None)
         tags = {b.name: i for i, b in enumerate(plan.spec.blocks)}
         self.comm = MessageManager(device, timeout, tags, rank, links or {}, ranks)
@@ -182,7 +183,8 @@ class RankRunner:
     def _output_grads(self, fwd: str, mb: int, outs: tuple[torch.Tensor, ...]) -> list[torch.Tensor | None]:
         """Gradient of each output tensor of `fwd`: 1/N for the loss, else summed over consumers."""
         if self.is_loss_block(fwd):
-            return [torch.full_like(outs[0], self.scale)] + [None] * (len(outs) - 1)
+            seed = self.seeds[mb] if self.seeds is not None else self.scale
+            return [torch.full_like(outs[0], seed)] + [None] * (len(outs) - 1)
         floats = [i for i, o in enumerate(outs) if o.is_floating_point()]
         grads: list[torch.Tensor | None] = [None] * len(outs)
         for s in forward_succs(self.spec, fwd):
