@@ -22,7 +22,7 @@ from tessel_dsl.errors import Diagnostic, Location
 from tessel_dsl.ir import Block, Edge, Expectation, Link, Units
 from tessel_dsl.lang.blocks import build_block
 from tessel_dsl.lang.memory import resolve_device_memory
-from tessel_dsl.lang.values import MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER, UNSET, ForwardOptions, Skip, Values
+from tessel_dsl.lang.values import DEFINING, MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER, UNSET, ForwardOptions, Skip, Values
 from tessel_dsl.limits import MAX_EXPANSION, MAX_INCLUDES
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
@@ -234,8 +234,14 @@ class Evaluator(Values):
             raise self.error("unset-param", f"parameter `{s.name}` has no value: give it one "
                              f"(`param {s.name} = 4`) or pass --set {s.name}=...", s.loc)
         else:
-            self.params[s.name] = UNSET  # visible (as unset) while its own value is computed
-            value = self.num(s.value, self.params)
+            # Visible while its own value is computed, so that a use of it there is reported;
+            # after any failure it is unset, and later uses are skipped without a second message.
+            self.params[s.name] = DEFINING
+            try:
+                value = self.num(s.value, self.params)
+            except Skip:
+                self.params[s.name] = UNSET
+                raise
         self.params[s.name] = value
         self.param_text.append((s.name, U.format_number(value)))
 

@@ -326,16 +326,30 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
         # A reserve above its capacity has been reported at its `memory` line already.
         found = [d for d in diagnose(spec) if d.code != "reserve-too-large"]
         # After an evaluation error, blocks or edges may be missing: do not report that twice.
-        if ev.skipped_blocks:
+        if diags and ev.skipped_blocks:
             found = [d for d in found if d.code not in ("unknown-name", "no-blocks")]
-        elif ev.diags:
+        elif diags:
             found = [d for d in found if d.code != "no-blocks"]
-        diags += found
+        diags += [_placed(d, ev, module.file) for d in found]
+    if not diags and (spec.devices < 1 or not spec.blocks):
+        # Whatever was skipped said nothing: a spec with nothing to schedule is never accepted.
+        diags.append(_placed(Diagnostic("bad-devices", "the spec has no usable device count")
+                             if spec.devices < 1 else Diagnostic("no-blocks", "the placement declares no blocks"),
+                             ev, module.file))
     if diags:
         diags.sort(key=lambda d: (d.location is None, d.location.file if d.location else "",
                                   d.location.line if d.location else 0, d.location.column if d.location else 0))
         raise SpecError(diags)
     return spec
+
+
+def _placed(d: Diagnostic, ev, file: str) -> Diagnostic:
+    """A whole-spec diagnostic without a place (from `check`, which also takes specs built in
+    Python) at the line it is about: the `placement` line, or the top of the file."""
+    if d.location is not None:
+        return d
+    where = ev._seen_header.get("devices") if d.code == "bad-devices" else ev._seen_header.get("placement")
+    return replace(d, location=where or Location(file, 1, 1))
 
 
 def _device_memory(ev, out, mode: Mode, memory: int, diags: list[Diagnostic]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -344,10 +358,10 @@ def _device_memory(ev, out, mode: Mode, memory: int, diags: list[Diagnostic]) ->
     n = out.devices or 0
     caps, res = [memory] * n, [out.reserve] * n
     for d, (train, infer) in out.device_memory.items():
-        if d < n:
+        if 0 <= d < n:
             caps[d] = infer if mode is Mode.INFER and infer is not None else train
     for d, r in out.device_reserve.items():
-        if d < n:
+        if 0 <= d < n:
             res[d] = r
     show = ev._mem_show()
     for d in range(n):

@@ -22,6 +22,7 @@ class Skip(Exception):
 
 
 UNSET = object()  # a parameter with no value: its uses are skipped without a second message
+DEFINING = object()  # a parameter whose own value is being computed: a use of it is an error
 
 
 @dataclass
@@ -57,6 +58,9 @@ class Values:
             v = env.get(e.name, None) if "{" not in e.name else None
             if v is UNSET:
                 raise Skip()
+            if v is DEFINING:
+                raise self.error("unknown-name", f"parameter `{e.name}` is used in its own definition "
+                                 "(a parameter may use only those declared before it)", e.loc)
             if v is None:
                 raise self.error("unknown-name", f"`{e.name}` is not a parameter or loop variable", e.loc)
             return v
