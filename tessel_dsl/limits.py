@@ -24,6 +24,8 @@ MAX_PLAN_BYTES = 256 * 1024 * 1024
 # statement, so a statement (one line, or several joined inside brackets) is bounded too.
 MAX_EXPANSION = 500_000
 MAX_NUMBER = 10 ** 15
+# Spec arithmetic is exact (fractions); a value finer than 1 / MAX_DENOMINATOR is refused.
+MAX_DENOMINATOR = 10 ** 30
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 MAX_STATEMENT_CHARS = 64 * 1024
 # `include` statements in one spec, all files together (each is read and parsed once).

@@ -44,3 +44,35 @@ def test_a_placement_with_no_blocks_is_refused_at_its_placement_line():
 def test_a_negative_device_in_memory_on_is_a_device_range_error(text, sets):
     found = codes(text, sets)
     assert ("device-range", 4 if sets else 3, 1) in found
+
+
+HEAD = "devices 1\nresolution time 1ms\nresolution memory 1GB\n"
+
+
+@pytest.mark.parametrize("text, where", [
+    (HEAD + "memory 80GB + 1B\nforward A on 0 time 1ms\n", (4, 8)),
+    (HEAD + "memory 80GB\nforward A on 0 time 1ms memory 2.000000001GB\n", (5, 32)),
+    (HEAD + "memory 80GB\nforward A on 0 time 100000.00001ms\n", (5, 21)),
+    (HEAD + "memory 80GB\nforward A on 0 time 3ms\nderive backward time 1.0000000001x\n", (6, 1)),
+    (HEAD + "memory 80GB\nforward A on 0 time (1 + 0.000000000000000001)ms\n", (5, 21)),
+    ("devices 1\nresolution memory 0.5B\nmemory 8B\nforward A on 0 time 1\n", (2, 19)),
+])
+def test_a_quantity_off_its_resolution_by_any_amount_is_reported(text, where):
+    """Below 1e-9 of the value these were rounded without a word (80 GB, 2, 100000, 3 units)."""
+    assert codes(text) == [("inexact-quantity", *where)]
+
+
+def test_exact_arithmetic_accepts_what_is_whole_in_decimals():
+    """0.1 x 30 is 3 exactly (a float gives 3.0000000000000004); a third times 15 is 5."""
+    spec = parse("param T = 0.1\n" + HEAD + "memory (0.1 * 800)GB\n"
+                 "forward A on 0 time (T * 30)ms memory (0.7 * 10)GB\nforward B on 0 time (1/3 * 15)ms\n"
+                 "A -> B\nderive backward time (T * 20)x\n")
+    assert sorted((b.name, b.time) for b in spec.blocks) == [("A", 3), ("AB", 6), ("B", 5), ("BB", 10)]
+    assert spec.memory == 80 and spec.block("A").memory == 7
+    assert dict(spec.params) == {"T": "0.1"}
+    assert parse("param T = 1\n" + HEAD + "memory 8GB\nforward A on 0 time (T * 30)ms\n",
+                 sets={"T": "0.1"}).block("A").time == 3
+
+
+def test_a_number_too_fine_to_carry_exactly_is_refused():
+    assert codes("devices 1\nmemory 8\nforward A on 0 time 1 + 0." + "0" * 40 + "1\n") == [("bad-value", 3, 25)]
