@@ -87,14 +87,14 @@ CODES: dict[str, str] = {
     "bad-name": "a name template that gives something that is not a name",
     "empty-group": "an empty comprehension (`{F{i} for i in 3..1}`)",
     "bad-value": "a bad number (e.g. division by zero, a negative count or latency)",
-    "too-large": "a loop, range or nesting far too large",
+    "too-large": "a loop, range or nesting far too large; a quantity beyond the limits a plan is held to (`tessel_dsl/limits.py`)",
     "bad-devices": "a spec (built in Python) with fewer than one device",
     "bad-memory": "a negative memory capacity or reserve (or, in a spec built in Python, per-device "
                   "memory that does not list every device)",
     "reserve-too-large": "a device whose `reserve` is larger than its memory capacity",
     "bad-microbatches": "a spec (built in Python) with fewer than one micro-batch",
     "no-blocks": "a placement that declares no blocks",
-    "bad-mode": "a mode that is neither train nor infer",
+    "bad-mode": "a mode that is neither train nor infer; an inference spec (built in Python, or in a plan) holding backward blocks",
     "bad-input": "spec text that is not a string (Python API)",
     "cannot-read": "the spec file itself cannot be read",
 }

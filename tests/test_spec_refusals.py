@@ -76,3 +76,32 @@ def test_exact_arithmetic_accepts_what_is_whole_in_decimals():
 
 def test_a_number_too_fine_to_carry_exactly_is_refused():
     assert codes("devices 1\nmemory 8\nforward A on 0 time 1 + 0." + "0" * 40 + "1\n") == [("bad-value", 3, 25)]
+
+
+@pytest.mark.parametrize("text, where", [
+    ("devices 1\nresolution memory 1B\nmemory 2TB\nforward A on 0 time 1\n", (3, 1)),
+    ("devices 1\nresolution memory 1B\nmemory 8\nforward A on 0 time 1 memory 2TB\n", (4, 9)),
+    ("devices 1\nresolution time 1ns\nmemory 8\nforward A on 0 time 1200s\n", (4, 9)),
+    ("devices 2\nmemory 8\nforward A on 0 time 1\nforward B on 1 time 1\n"
+     "A -> B : [1000000000, 1000000000, 2] f32\n", (5, 6)),
+    ("devices 1\nresolution time 1ns\nmemory 8\nmicrobatches 1000\nforward A on 0 time 10s\n", (4, 1)),
+    ("devices 2\nmemory 8\nlink latency 2000000000000\nforward A on 0 time 1\nforward B on 1 time 1\nA -> B\n",
+     (3, 1)),
+    ("devices 1\nmemory 8\nforward F" + "x" * 300 + " on 0 time 1\n", (3, 9)),
+])
+def test_what_a_plan_loader_would_refuse_is_refused_by_check(text, where):
+    """One table of limits (tessel_dsl/limits.py): these passed `check`, and `search` wrote plans
+    that every loader then refused (spec.memory must be between 0 and 1099511627776, ...)."""
+    assert codes(text) == [("too-large", *where)]
+
+
+def test_a_spec_at_the_limits_gives_a_plan_that_loads(tmp_path):
+    from tessel_dsl.plan import load_plan, make_plan, save_plan
+    from tessel_dsl.schedule import Schedule, Slot
+
+    spec = parse("devices 1\nresolution memory 1B\nmemory 1TB\nmicrobatches 2\n"
+                 "forward A on 0 time 1 memory 1TB\nbackward B of A on 0 time 1 memory -1TB\nA -> B\n")
+    assert spec.memory == 10 ** 12
+    schedule = Schedule(2, tuple(Slot(2 * mb + i, b, mb) for mb in range(2) for i, b in enumerate("AB")))
+    save_plan(make_plan(spec, schedule), tmp_path / "p.json")
+    assert load_plan(tmp_path / "p.json").spec == spec

@@ -6,17 +6,23 @@ being well-formed: unknown names and cycles are found here before anything walks
 Codes: ``bad-devices``, ``bad-memory``, ``bad-microbatches``, ``duplicate-name``, ``empty-devices``,
 ``device-range``, ``duplicate-device``, ``non-positive-time``, ``missing-forward``,
 ``unknown-name``, ``cycle``, ``memory-infeasible``, ``unknown-metric``, ``bad-expect``,
-``backward-before-forward``, ``negative-memory``, ``memory-not-freed``, ``bad-link``.
+``backward-before-forward``, ``negative-memory``, ``memory-not-freed``, ``bad-link``, ``too-large``
+(a quantity beyond `tessel_dsl.limits`, the table plan loading applies too), ``bad-mode`` (an
+inference spec holding backward blocks).
+
+The same checks run on the spec inside every plan that is loaded (`plan_check.validate_plan`).
 """
 from __future__ import annotations
 
 import math
 
 from tessel_dsl.analysis import forwards_not_ancestors, microbatch_memory
-from tessel_dsl.errors import Diagnostic, SpecError
-from tessel_dsl.ir import Kind, Spec
+from tessel_dsl.errors import Diagnostic, Location, SpecError
+from tessel_dsl.ir import Kind, Mode, Spec
 from tessel_dsl.lang.options import BLOCK_FIELDS
-from tessel_dsl.units import memory_in
+from tessel_dsl.limits import (MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICROBATCHES, MAX_NAME, MAX_QUANTITY,
+                               MAX_TENSOR_BYTES, MAX_TENSOR_DIMS)
+from tessel_dsl.units import memory_in, time_in
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 OPS = ("<", "<=", "==", "!=", ">=", ">")
@@ -30,8 +36,10 @@ def check(spec: Spec) -> Spec:
     return spec
 
 
-def diagnose(spec: Spec) -> list[Diagnostic]:
-    """Every semantic problem of `spec`, in a stable order (empty when the spec is sound)."""
+def diagnose(spec: Spec, where: dict[str, Location] | None = None) -> list[Diagnostic]:
+    """Every semantic problem of `spec`, in a stable order (empty when the spec is sound).
+    `where` places problems of the header: the line of each statement (``memory``, ...)."""
+    where = where or {}
     out: list[Diagnostic] = []
     if spec.devices < 1:
         out.append(Diagnostic("bad-devices", f"a placement needs at least one device, got {spec.devices}"))
@@ -41,9 +49,13 @@ def diagnose(spec: Spec) -> list[Diagnostic]:
     if spec.microbatches < 1:
         out.append(Diagnostic("bad-microbatches", f"micro-batch count must be at least 1, got {spec.microbatches}"))
     if not spec.blocks:
-        out.append(Diagnostic("no-blocks", "the placement declares no blocks"))
+        out.append(Diagnostic("no-blocks", "the placement declares no blocks", where.get("placement")))
     out += _link(spec)
     out += _blocks(spec)
+    out += _limits(spec, where)
+    if spec.mode is Mode.INFER:
+        out += [Diagnostic("bad-mode", f"an inference spec holds {b.kind.value} block {b.name} (inference "
+                           "runs forward blocks only)", b.span) for b in spec.blocks if b.kind.is_backward][:1]
     names = {b.name for b in spec.blocks}
     for e in spec.edges:
         for end in (e.src, e.dst):
@@ -60,6 +72,68 @@ def diagnose(spec: Spec) -> list[Diagnostic]:
     if not structural and not cycle:
         out += _backward_order(spec)
         out += _memory(spec)
+    return out
+
+
+def _limits(spec: Spec, where: dict[str, Location]) -> list[Diagnostic]:
+    """Every quantity within `tessel_dsl.limits`, the table plan loaders hold a plan to: what passes
+    here can be searched, written and loaded again. One message per kind of excess."""
+    out: list[Diagnostic] = []
+    units = spec.units
+
+    def over(what: str, value: int, limit: int, loc, hint: str) -> None:
+        out.append(Diagnostic("too-large", f"{what} is {value} units, above the limit of {limit}{hint}", loc))
+
+    coarser = " (declare a coarser `resolution memory`)"
+    if units.memory_bytes > MAX_QUANTITY:
+        out.append(Diagnostic("too-large", f"a memory unit of {units.memory_bytes} bytes is above the limit of "
+                              f"{MAX_QUANTITY} bytes", where.get("resolution memory")))
+    caps = [("memory capacity", spec.memory)] + [(f"device {d}'s memory", c) for d, c in enumerate(spec.device_memory)] \
+        + [(f"device {d}'s reserve", r) for d, r in enumerate(spec.reserved)]
+    big = next(((w, c) for w, c in caps if c > MAX_QUANTITY), None)
+    if big:
+        over(f"{big[0]} ({memory_in(units, big[1])})", big[1], MAX_QUANTITY, where.get("memory"), coarser)
+    if len(spec.blocks) > MAX_BLOCKS:
+        out.append(Diagnostic("too-large", f"{len(spec.blocks)} blocks, more than {MAX_BLOCKS}", where.get("placement")))
+    if spec.devices > MAX_DEVICES:
+        out.append(Diagnostic("too-large", f"{spec.devices} devices, more than {MAX_DEVICES}", where.get("devices")))
+    for b in spec.blocks:
+        if b.time > MAX_QUANTITY:
+            over(f"the time of {b.name} ({time_in(units, b.time)})", b.time, MAX_QUANTITY, b.span,
+                 " (declare a coarser `resolution time`)")
+            break
+    for b in spec.blocks:
+        if abs(b.memory) > MAX_QUANTITY:
+            over(f"the memory of {b.name} ({memory_in(units, b.memory)})", abs(b.memory), MAX_QUANTITY, b.span, coarser)
+            break
+    name = next((b for b in spec.blocks if len(b.name) > MAX_NAME), None)
+    if name:
+        out.append(Diagnostic("too-large", f"block name {name.name[:20]}... has {len(name.name)} characters, "
+                              f"more than {MAX_NAME}", name.span))
+    for e in spec.edges:
+        t = e.tensor
+        if t is None:
+            continue
+        if len(t.shape) > MAX_TENSOR_DIMS or t.nbytes > MAX_TENSOR_BYTES or max(t.shape, default=1) > MAX_QUANTITY:
+            out.append(Diagnostic("too-large", f"the tensor of {e.src} -> {e.dst} ({len(t.shape)} dimensions, "
+                                  f"{t.nbytes} bytes) is beyond the limits of {MAX_TENSOR_DIMS} dimensions of at "
+                                  f"most {MAX_QUANTITY} and {MAX_TENSOR_BYTES} bytes", e.span))
+            break
+    n = max([spec.microbatches] + [x.microbatches for x in spec.expectations if isinstance(x.microbatches, int)])
+    if n > MAX_MICROBATCHES or n * len(spec.blocks) > MAX_INSTANCES:
+        out.append(Diagnostic("too-large", f"{n} micro-batches x {len(spec.blocks)} blocks: at most {MAX_MICROBATCHES} "
+                              f"micro-batches and {MAX_INSTANCES} block instances", where.get("microbatches")))
+    elif not out and spec.blocks and not _link(spec):
+        # Every block and every transfer of every micro-batch one after another: no schedule's
+        # start times go beyond this, and a plan's must stay within MAX_QUANTITY.
+        link = spec.link
+        work = sum(b.time for b in spec.blocks) + sum(
+            link.transfer_time(e.tensor.nbytes if e.tensor else 0) for e in spec.edges
+            if not (link.latency == 0 and (e.tensor is None or link.bandwidth == 0)))
+        if work * n > MAX_QUANTITY:
+            out.append(Diagnostic("too-large", f"{n} micro-batches of {time_in(units, round(work))} of work and transfers "
+                                  f"each come to {round(work * n)} time units, above the limit of {MAX_QUANTITY} "
+                                  "(declare a coarser `resolution time`)", where.get("microbatches") or where.get("link")))
     return out
 
 

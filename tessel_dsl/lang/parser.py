@@ -324,7 +324,7 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
     )
     if out.devices is not None and out.memory is not None and not ev.stopped:
         # A reserve above its capacity has been reported at its `memory` line already.
-        found = [d for d in diagnose(spec) if d.code != "reserve-too-large"]
+        found = [d for d in diagnose(spec, ev._seen_header) if d.code != "reserve-too-large"]
         # After an evaluation error, blocks or edges may be missing: do not report that twice.
         if diags and ev.skipped_blocks:
             found = [d for d in found if d.code not in ("unknown-name", "no-blocks")]
