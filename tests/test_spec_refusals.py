@@ -105,3 +105,29 @@ def test_a_spec_at_the_limits_gives_a_plan_that_loads(tmp_path):
     schedule = Schedule(2, tuple(Slot(2 * mb + i, b, mb) for mb in range(2) for i, b in enumerate("AB")))
     save_plan(make_plan(spec, schedule), tmp_path / "p.json")
     assert load_plan(tmp_path / "p.json").spec == spec
+
+
+def test_a_chain_over_thousands_of_undefined_names_reports_twenty_and_a_count():
+    """One error per name was 200,002 lines and a minute of CPU for a chain of 100,001 names."""
+    from tessel_dsl.lang.check import MAX_REPEATED
+
+    text = "devices 1\nmemory 4\nforward A on 0 time 1\nA -> chain(X{i} for i in 0..2000)\n"
+    with pytest.raises(SpecError) as info:
+        parse(text, "s.tsl")
+    found = info.value.diagnostics
+    assert [d.code for d in found] == ["unknown-name"] * (MAX_REPEATED + 1)
+    assert found[0].message == "dependency X0 -> X1 names X0, which is not a block"
+    # 2,001 names: A -> X0 has one unknown end, each of the 2,000 inner edges two.
+    assert found[-1].message == f"and {1 + 2 * 2000 - MAX_REPEATED} more like the ones above"
+    assert str(found[-1]).startswith("s.tsl:4:12: error[unknown-name]: and ")
+
+
+def test_repeated_errors_of_a_loop_are_capped_per_code():
+    from tessel_dsl.lang.check import MAX_REPEATED
+
+    text = "devices 2\nmemory 4\nfor i in 0..99:\n    forward F{i} on 7 time 1\n"
+    with pytest.raises(SpecError) as info:
+        parse(text, "s.tsl")
+    found = info.value.diagnostics
+    assert [d.code for d in found] == ["device-range"] * (MAX_REPEATED + 1)
+    assert found[-1].message == f"and {100 - MAX_REPEATED} more like the ones above"

@@ -15,6 +15,7 @@ The same checks run on the spec inside every plan that is loaded (`plan_check.va
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from tessel_dsl.analysis import forwards_not_ancestors, microbatch_memory
 from tessel_dsl.errors import Diagnostic, Location, SpecError
@@ -26,6 +27,9 @@ from tessel_dsl.units import memory_in, time_in
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 OPS = ("<", "<=", "==", "!=", ">=", ">")
+# Of one kind of mistake repeated (a chain over thousands of undefined names), this many are
+# reported one by one, then one line says how many more there are.
+MAX_REPEATED = 20
 
 
 def check(spec: Spec) -> Spec:
@@ -57,11 +61,16 @@ def diagnose(spec: Spec, where: dict[str, Location] | None = None) -> list[Diagn
         out += [Diagnostic("bad-mode", f"an inference spec holds {b.kind.value} block {b.name} (inference "
                            "runs forward blocks only)", b.span) for b in spec.blocks if b.kind.is_backward][:1]
     names = {b.name for b in spec.blocks}
-    for e in spec.edges:
-        for end in (e.src, e.dst):
-            if end not in names:
-                out.append(Diagnostic("unknown-name", f"dependency {e.src} -> {e.dst} names "
-                                      f"{end}, which is not a block{_suggest(end, names)}", e.span))
+    unknown = [(e, end) for e in spec.edges for end in (e.src, e.dst) if end not in names]
+    # Suggestions cost a comparison with every block: offered while that stays cheap.
+    known = sorted(names) if unknown and len(names) <= 10_000 else []
+    for e, end in unknown[:MAX_REPEATED]:
+        out.append(Diagnostic("unknown-name", f"dependency {e.src} -> {e.dst} names "
+                              f"{end}, which is not a block{_suggest(end, known)}", e.span))
+    if len(unknown) > MAX_REPEATED:
+        # A chain over a typo'd range names thousands of missing blocks: say so once.
+        more = unknown[MAX_REPEATED:]
+        out.append(_More.of("unknown-name", more[0][0].span, len(more)))
     structural = bool(out)
     cycle = _find_cycle(spec) if not any(d.code == "unknown-name" for d in out) else None
     if cycle:
@@ -72,7 +81,36 @@ def diagnose(spec: Spec, where: dict[str, Location] | None = None) -> list[Diagn
     if not structural and not cycle:
         out += _backward_order(spec)
         out += _memory(spec)
-    return out
+    return cap_repeated(out)
+
+
+@dataclass(frozen=True)
+class _More(Diagnostic):
+    """One line standing for `count` more diagnostics of its code (`cap_repeated`)."""
+
+    count: int = 0
+
+    @staticmethod
+    def of(code: str, location, count: int) -> "_More":
+        return _More(code, f"and {count} more like the ones above", location, count)
+
+
+def cap_repeated(found: list[Diagnostic]) -> list[Diagnostic]:
+    """At most MAX_REPEATED diagnostics of each code (the first ones, in the order given), then
+    one line saying how many more of that code there are: a loop or a chain over thousands of
+    names repeats one mistake thousands of times."""
+    shown: dict[str, int] = {}
+    more: dict[str, _More] = {}
+    out: list[Diagnostic] = []
+    for d in found:
+        if isinstance(d, _More) or shown.get(d.code, 0) >= MAX_REPEATED:
+            n = d.count if isinstance(d, _More) else 1
+            first = more.get(d.code)
+            more[d.code] = _More.of(d.code, first.location if first else d.location, (first.count if first else 0) + n)
+        else:
+            shown[d.code] = shown.get(d.code, 0) + 1
+            out.append(d)
+    return out + list(more.values())
 
 
 def _limits(spec: Spec, where: dict[str, Location]) -> list[Diagnostic]:
@@ -306,8 +344,8 @@ def _expectations(spec: Spec) -> list[Diagnostic]:
     return out
 
 
-def _suggest(name: str, names: set[str]) -> str:
+def _suggest(name: str, names: list[str]) -> str:
     import difflib
 
-    close = difflib.get_close_matches(name, sorted(names), n=1)
+    close = difflib.get_close_matches(name, names, n=1)
     return f" (did you mean {close[0]}?)" if close else ""

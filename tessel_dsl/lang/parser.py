@@ -276,7 +276,7 @@ def _check_statement_length(text: str, file: str) -> None:
 
 def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
     """Evaluate a parsed module into a checked Spec (raises SpecError with every problem)."""
-    from tessel_dsl.lang.check import diagnose
+    from tessel_dsl.lang.check import cap_repeated, diagnose
     from tessel_dsl.lang.evaluate import Evaluator
 
     load_diags: list[Diagnostic] = []
@@ -339,7 +339,7 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
     if diags:
         diags.sort(key=lambda d: (d.location is None, d.location.file if d.location else "",
                                   d.location.line if d.location else 0, d.location.column if d.location else 0))
-        raise SpecError(diags)
+        raise SpecError(cap_repeated(diags))
     return spec
 
 
