@@ -10,14 +10,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Location:
-    """Where something came from in a spec file (1-based line and column)."""
+    """Where something came from in a spec file (1-based line and column; line 0: the file as a
+    whole, for a problem no line of it can show, such as a file that cannot be read)."""
 
     file: str
     line: int
     column: int
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
+        return f"{self.file}:{self.line}:{self.column}" if self.line > 0 else self.file
 
 
 class TesselError(Exception):
@@ -37,12 +38,27 @@ class SyntaxError_(TesselError):
         self.expected = expected
         caret = ""
         if source_line:
-            caret = f"\n    {source_line.rstrip()}\n    {' ' * (location.column - 1)}^"
+            shown, at = _window(source_line.rstrip(), location.column - 1)
+            caret = f"\n    {shown}\n    {' ' * at}^"
         hint = f"\nexpected one of: {', '.join(expected)}" if expected else ""
         super().__init__(f"{location}: syntax error: {message}{caret}{hint}")
 
 
 TslSyntaxError = SyntaxError_
+
+# A syntax error echoes a line of up to 100 characters whole; of a longer one, about this much
+# either side of the column.
+_WINDOW = 40
+
+
+def _window(line: str, index: int) -> tuple[str, int]:
+    """The part of `line` around `index` (with ``...`` where it was cut) and the caret's offset."""
+    if len(line) <= 2 * _WINDOW + 20:
+        return line, index
+    start = max(0, index - _WINDOW)
+    end = max(index, start + 2 * _WINDOW)
+    head = "..." if start else ""
+    return head + line[start:end] + ("..." if end < len(line) else ""), len(head) + index - start
 
 
 # Every `Diagnostic.code`, with what it means: the one list. The README's error table is this

@@ -420,5 +420,5 @@ def parse_file(path, sets: dict[str, str] | None = None, mode: str | None = None
     try:
         text = read_spec_text(path)
     except _Unreadable as e:
-        raise SpecError([Diagnostic("cannot-read", f"cannot read spec {path}: {e}")]) from None
+        raise SpecError([Diagnostic("cannot-read", f"cannot read spec: {e}", Location(str(path), 0, 0))]) from None
     return parse(text, str(path), sets, mode)
