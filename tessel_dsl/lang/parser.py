@@ -6,6 +6,8 @@ into the IR.
 """
 from __future__ import annotations
 
+import gc
+import heapq
 import importlib.resources
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +18,7 @@ from lark.indenter import DedentError, Indenter
 
 from tessel_dsl import units as U
 from tessel_dsl.lang import syntax as A
+from tessel_dsl.lang.plain_lines import split_plain_lines
 from tessel_dsl.lang.tree import ToAst
 from tessel_dsl.lang.derive import derive_backward, project_infer
 from tessel_dsl.errors import Diagnostic, Location, SpecError, TesselError, TslSyntaxError
@@ -185,14 +188,33 @@ def parse_module(text: str, file: str) -> A.Module:
         tree = _parse_tree(src, file, "expr", (loc.line - 1, loc.column - 1), text)
         return ToAst(file, parse_expr).transform(tree)
 
-    tree = _parse_tree(text, file)
+    # Plain block lines are read directly (`plain_lines` says why); the parser reads the rest.
+    rest, plain = split_plain_lines(text, file, _keywords())
+    tree = _parse_tree(rest, file, full_text=text)
     try:
-        return A.Module(file, ToAst(file, parse_expr).transform(tree))
+        parsed = ToAst(file, parse_expr).transform(tree)
     except LarkError as e:  # a TesselError raised inside the transformer arrives wrapped
         inner = getattr(e, "orig_exc", None)
         if isinstance(inner, TesselError):
             raise inner from None
         raise _syntax_error(text, file, -1, 1, f"cannot read this file: {e}") from None
+    if plain:
+        parsed = list(heapq.merge(parsed, plain, key=lambda s: s.loc.line))
+    return A.Module(file, parsed)
+
+
+_KEYWORDS: frozenset[str] | None = None
+
+
+def _keywords() -> frozenset[str]:
+    """The grammar's words (`forward`, `time`, `all`, ...): the lexer never reads them as names."""
+    global _KEYWORDS
+    if _KEYWORDS is None:
+        import re
+
+        _KEYWORDS = frozenset(t.pattern.value for t in lark_parser().terminals
+                              if t.pattern.type == "str" and re.fullmatch(r"[A-Za-z_]\w*", t.pattern.value))
+    return _KEYWORDS
 
 
 # ---- evaluation -----------------------------------------------------------------------------
@@ -404,6 +426,18 @@ def parse(text: str, file: str = "<string>", sets: dict[str, str] | None = None,
     """Parse and check `.tsl` text; `sets` overrides parameters, `mode` the file's train/infer."""
     if not isinstance(text, str):
         raise SpecError([Diagnostic("bad-input", f"spec text must be a string, got {type(text).__name__}")])
+    # Reading a spec makes hundreds of thousands of small objects and no reference cycles worth
+    # collecting: the cyclic collector's passes over them were a third of the time of a long spec.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse(text, file, sets, mode)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _parse(text: str, file: str, sets: dict[str, str] | None, mode: str | None) -> Spec:
     try:
         module = parse_module(text, file)
     except RecursionError:  # the tree is built recursively; absurd nesting cannot be read
