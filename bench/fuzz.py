@@ -3,6 +3,7 @@
     python bench/fuzz.py --specs 10000 --plans 1000          # the table in bench/RESULTS.md
     python bench/fuzz.py --specs 200 --plans 100 --json      # what tests/test_fuzz_bench.py runs
     python bench/fuzz.py --scaling                           # CPU time of checking 8k-100k blocks
+    python bench/fuzz.py --scaling explicit                  # ... of the explicit-lines spec only
 
 Every input is generated from (seed, index) alone, so a reported index reproduces with
 ``--only spec:INDEX`` (or ``plan:INDEX``), which prints the input and what happened.
@@ -448,9 +449,10 @@ def table(res: dict) -> str:
     return "\n".join(rows)
 
 
-def scaling(sizes=(8_000, 20_000, 100_000)) -> str:
+def scaling(sizes=(8_000, 20_000, 100_000), only: str | None = None) -> str:
     """CPU time of parse + check + `tessel check`'s summary for wide specs (every block ready at
-    once, which made the dependency order quadratic) and chains, at growing block counts."""
+    once, which made the dependency order quadratic), chains, and files of explicit block lines
+    (one per block, as a profiler writes them), at growing block counts."""
     from tessel_dsl.cli.check import summarize
     from tessel_dsl.lang.parser import parse
 
@@ -459,6 +461,10 @@ def scaling(sizes=(8_000, 20_000, 100_000)) -> str:
                                           f"  forward F{{i}} on 0 time 1\n",
         "fan-out from one block": lambda n: f"placement f\ndevices 8\nmemory 1\nforward S on 0 time 1\n"
                                             f"for i in 0..{n - 2}:\n  forward F{{i}} on 1 time 1\n  S -> F{{i}}\n",
+        "explicit forward lines": lambda n: "placement e\ndevices 8\nmemory 1000GB\nresolution time 1ms\n"
+                                            "resolution memory 1MB\n" + "".join(
+                                                f"forward F{i} on {i % 8} time {1 + i % 3}ms memory {i % 5}MB\n"
+                                                for i in range(n)),
         "chain + derived backward": lambda n: f"placement c\ndevices 8\nmemory {n}\nfor i in 0..{n // 2 - 1}:\n"
                                               f"  forward F{{i}} on 0 time 1 memory 1\n"
                                               f"for i in 0..{n // 2 - 2}:\n  F{{i}} -> F{{i+1}}\nderive backward\n",
@@ -466,6 +472,8 @@ def scaling(sizes=(8_000, 20_000, 100_000)) -> str:
     rows = ["| spec | " + " | ".join(f"{n:,} blocks" for n in sizes) + " |",
             "|---|" + "---:|" * len(sizes)]
     for name, make in shapes.items():
+        if only and only not in name:
+            continue
         cells = []
         for n in sizes:
             text = make(n)
@@ -484,10 +492,11 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=10.0, help="seconds of CPU per input")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", help="KIND:INDEX: print that input and run it here")
-    ap.add_argument("--scaling", action="store_true", help="CPU time of checking large specs instead")
+    ap.add_argument("--scaling", nargs="?", const="", default=None, metavar="SHAPE",
+                    help="CPU time of checking large specs instead (of the shapes whose name holds SHAPE)")
     args = ap.parse_args()
-    if args.scaling:
-        print(scaling())
+    if args.scaling is not None:
+        print(scaling(only=args.scaling or None))
         return
     if args.only:
         kind, _, index = args.only.partition(":")

@@ -42,9 +42,12 @@ def exact(x: Number | float) -> Number:
     return x.numerator if x.denominator == 1 else x
 
 
+_SCALES = {unit: Fraction(repr(size)) for table in (U.TIME_UNITS, U.MEMORY_UNITS) for unit, size in table.items()}
+
+
 def scale(table: dict, unit: str) -> Fraction:
     """A unit's size from `units` tables, exactly (``1e-09`` s for ``ns`` is 1/10^9)."""
-    return Fraction(repr(table[unit]))
+    return _SCALES[unit] if unit in _SCALES else Fraction(repr(table[unit]))
 
 
 def show_number(x) -> str:
@@ -154,7 +157,11 @@ class Values:
             if q.unit not in U.TIME_UNITS:
                 raise self.error("unknown-unit", f"`{q.unit}` is not a time unit (use one of "
                                  f"{U.describe(U.TIME_UNITS)})", q.loc)
-            units = exact(value * scale(U.TIME_UNITS, q.unit) / self._need_time_res(q.loc))
+            factors = self.__dict__.setdefault("_time_factors", {})  # unit -> its size in resolutions
+            factor = factors.get(q.unit)
+            if factor is None:
+                factor = factors[q.unit] = exact(scale(U.TIME_UNITS, q.unit) / self._need_time_res(q.loc))
+            units = exact(value * factor)
             return self._whole(units, value, q, "time") if whole else units
         if whole and not isinstance(value, int):
             raise self.error("not-integer", f"time {show_number(value)} is not a whole number of "
@@ -170,7 +177,10 @@ class Values:
             if self._mem_res is None:
                 raise self.error("missing-resolution", "a memory size with a unit needs "
                                  "`resolution memory ...` (e.g. `resolution memory 1GB`)", q.loc)
-            return self._whole(exact(Fraction(value * U.MEMORY_UNITS[q.unit], self._mem_res[0])), value, q, "memory")
+            size = value * U.MEMORY_UNITS[q.unit]
+            if isinstance(size, int) and size % self._mem_res[0] == 0:
+                return size // self._mem_res[0]  # the common case, without fractions
+            return self._whole(exact(Fraction(size, self._mem_res[0])), value, q, "memory")
         if not isinstance(value, int):
             raise self.error("not-integer", f"memory {show_number(value)} is not a whole number "
                              "of units", q.loc)
