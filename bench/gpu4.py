@@ -52,7 +52,7 @@ def specs(devices: int):
 
 def measured_costs(spec, seconds: dict[str, float]):
     """`spec` with the block times a run measured, as `tessel profile --from-run` writes them."""
-    from tessel_dsl.interop.profile import apply_measurements, measurements_from_run
+    from tessel_dsl.interop.profiled_spec import apply_measurements, measurements_from_run
 
     return apply_measurements(spec, measurements_from_run(spec, seconds))
 
@@ -116,7 +116,7 @@ def main() -> None:
         base = record(res, "gpt_torch_1f1b", torch_1f1b(d, N_TRAIN))
         b = base["measured"]["iteration"]
         rows = [row("Schedule1F1B (torch, V split)", base)]
-        # The same cap on NCCL's thread blocks that this executor's links use (executor/groups.py).
+        # The same cap on NCCL's thread blocks that this executor's links use (tessel_dsl/executor/groups.py).
         os.environ["NCCL_MAX_CTAS"] = "1"
         rows.append(row("Schedule1F1B (torch, V split), NCCL_MAX_CTAS=1",
                         record(res, "gpt_torch_1f1b_ctas1", torch_1f1b(d, N_TRAIN)), b))

@@ -10,7 +10,7 @@ Row groups (``--only`` takes a comma-separated subset):
   searched M-shape (vocabulary-parallel embedding and head over all D GPUs, this executor) against
   torch.distributed.pipelining's Schedule1F1B (D stages), ScheduleInterleaved1F1B and
   ScheduleInterleavedZeroBubble (2D stages, two per GPU, looped) on a plain split of the same model.
-* ``zb``: a balanced chain of 2D residual MLP layers (executor/models/chain.py): the plan searched
+* ``zb``: a balanced chain of 2D residual MLP layers (tessel_dsl/executor/models/chain.py): the plan searched
   from the shipped specs/zerobubble.tsl (backward split into input- and weight-gradient blocks)
   against Schedule1F1B, ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble (2D stages, V order).
 * ``train``: the GPT training step (forward, backward, gradients averaged over the replicas) of the

@@ -3,7 +3,7 @@
     cd bench && PYTHONPATH=.. python gpu_ctas.py [--out DIR]     (2 GPUs, plans from gpu4.py --devices 2)
 
 Runs the same non-blocking and blocking plans with the point-to-point links' NCCL thread blocks
-left to NCCL's choice and capped (`TESSEL_P2P_MAX_CTAS`, see executor/groups.py), and prints
+left to NCCL's choice and capped (`TESSEL_P2P_MAX_CTAS`, see tessel_dsl/executor/groups.py), and prints
 each run's iteration time and per-block times. In blocking mode no transfer overlaps compute,
 so its block times are the reference.
 """

@@ -203,7 +203,7 @@ def main() -> None:
     os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
     import torch
 
-    from tessel_dsl.executor.ranks import run_ranks
+    from tessel_dsl.executor.local_ranks import run_ranks
 
     cfg = sizes("gpt", GPT)
     world = torch.cuda.device_count() if torch.cuda.is_available() else 4

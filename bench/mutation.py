@@ -42,7 +42,7 @@ class Target:
 # those targets name them; the executor's gradient seeding likewise. Their tests are the fast
 # ones written for them (a solve of a few blocks; one rank run in-process, no process group).
 TARGETS = (
-    Target("metrics", "simulator/metrics.py", ("tests/test_simulator.py", "tests/test_simulator_links.py"),
+    Target("metrics", "tessel_dsl/simulator/metrics.py", ("tests/test_simulator.py", "tests/test_simulator_links.py"),
            what="bubble, steady period, comm split, drift"),
     Target("validate", "tessel_dsl/validate.py", ("tests/test_validate.py",),
            what="the independent schedule validator"),
@@ -59,7 +59,7 @@ TARGETS = (
     Target("modulo-memory", "tessel_dsl/search/modulo.py", ("tests/test_modulo_memory.py",),
            functions=("x__cpsat_memory_rows*", "x__z3_memory_rows*"),
            what="the cyclic model's memory rows, both backends (small specs solved in a moment)"),
-    Target("runtime-grad", "executor/runtime.py", ("tests/test_runtime_grads.py",),
+    Target("runtime-grad", "tessel_dsl/executor/runtime.py", ("tests/test_runtime_grads.py",),
            functions=("xǁRankRunnerǁ_output_grads*", "xǁRankRunnerǁ_backward*"),
            what="gradient seeding of backward blocks"),
 )
@@ -81,29 +81,12 @@ def scratch_copy(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
-SUBPACKAGES = ("simulator", "executor", "grammar")
-
-
-def installed_layout(dest: Path) -> None:
-    """Move simulator/, executor/ and grammar/ inside tessel_dsl/, as an install does: mutmut names
-    mutants by file path and must see `tessel_dsl.simulator.metrics`, the name tests import."""
-    for sub in SUBPACKAGES:
-        if (dest / sub).is_dir():
-            shutil.move(str(dest / sub), str(dest / "tessel_dsl" / sub))
-
-
-def mutated_path(target: Target) -> str:
-    """Where the target's module sits in the scratch copy."""
-    first = target.module.split("/", 1)[0]
-    return f"tessel_dsl/{target.module}" if first in SUBPACKAGES else target.module
-
-
 def configure(dest: Path, target: Target) -> None:
     toml_list = lambda xs: "[" + ", ".join(f'"{x}"' for x in xs) + "]"  # noqa: E731
     config = f"""
 [tool.mutmut]
 source_paths = ["tessel_dsl"]
-only_mutate = {toml_list([mutated_path(target)])}
+only_mutate = {toml_list([target.module])}
 also_copy = ["specs/", "bench/"]
 pytest_add_cli_args_test_selection = {toml_list(target.tests)}
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]
@@ -132,18 +115,17 @@ def run_target(target: Target, args) -> dict:
     rc = 0
     if not args.report:
         scratch_copy(dest)
-        installed_layout(dest)
         configure(dest, target)
         cmd = ["mutmut", "run", "--max-children", str(args.jobs)]
         if target.functions:
-            prefix = mutated_path(target)[:-3].replace("/", ".")
+            prefix = target.module[:-3].replace("/", ".")
             cmd += [f"{prefix}.{f}" for f in target.functions]
         proc = subprocess.run(cmd, cwd=dest, capture_output=True, text=True)
         log.write_text(proc.stdout + proc.stderr)
         rc = proc.returncode
     found = results(dest)
     if target.functions:
-        pats = [re.compile(re.escape(mutated_path(target)[:-3].replace("/", ".")) + r"\." + re.escape(f).replace(r"\*", ".*"))
+        pats = [re.compile(re.escape(target.module[:-3].replace("/", ".")) + r"\." + re.escape(f).replace(r"\*", ".*"))
                 for f in target.functions]
         found = {k: v for k, v in found.items() if any(p.fullmatch(k) for p in pats)}
     counts: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""Profile a GPT-like chain with `tessel_dsl.executor.profile` and print what `tessel profile` would write.
+"""Profile a GPT-like chain with `tessel_dsl.executor.measure` and print what `tessel profile` would write.
 
     python bench/profile_blocks.py [--device cuda] [--hidden 4096] [--layers 2,2,2,4] [--repeats 10]
 
@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from tessel_dsl.executor.model_api import TensorMeta, forward_preds, forward_succs  # noqa: E402
-from tessel_dsl.executor.profile import measure  # noqa: E402
+from tessel_dsl.executor.measure import measure  # noqa: E402
 from tessel_dsl.ir import Block, Edge, Kind, Spec  # noqa: E402
-from tessel_dsl.interop.profile import apply_measurements, spec_to_tsl  # noqa: E402
+from tessel_dsl.interop.profiled_spec import apply_measurements, spec_to_tsl  # noqa: E402
 
 
 def chain_spec(stages: int, split: bool) -> Spec:

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tessel_dsl.report.table3 import table3  # noqa: E402
+from tessel_dsl.views.table3 import table3  # noqa: E402
 
 
 def main() -> None:

@@ -141,7 +141,7 @@ def main() -> None:
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
         losses = train(args, plan)
     else:
-        from tessel_dsl.executor.ranks import run_ranks
+        from tessel_dsl.executor.local_ranks import run_ranks
 
         losses = run_ranks(train, plan.spec.devices * args.replicas, args, plan, threads=1)[0]
     if os.environ.get("RANK", "0") == "0":

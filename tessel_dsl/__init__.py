@@ -57,17 +57,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from pathlib import Path
 from typing import Any
-
-# In a source checkout, simulator/, executor/ and grammar/ sit beside this folder; an install maps
-# them inside the package (pyproject's package-dir). Searching the checkout's root as part of this
-# package makes `tessel_dsl.simulator` etc. import the same way in both, e.g. for a GPU machine that
-# runs from a copy of the repository with nothing installed.
-_ROOT = Path(__file__).resolve().parent.parent
-if not (Path(__file__).parent / "simulator").is_dir() and (_ROOT / "simulator" / "__init__.py").is_file() \
-        and (_ROOT / "pyproject.toml").is_file():
-    __path__.append(str(_ROOT))  # type: ignore[name-defined]
 
 from tessel_dsl.errors import (
     ExecutionError,
@@ -86,7 +76,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "parse": "tessel_dsl.lang.parser",
     "parse_file": "tessel_dsl.lang.parser",
-    "check": "tessel_dsl.lang.check",
+    "check": "tessel_dsl.lang.spec_check",
     "search": "tessel_dsl.search.driver",
     "lower": "tessel_dsl.lower",
     "validate": "tessel_dsl.validate",

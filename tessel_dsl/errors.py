@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["CODES", "Diagnostic", "ExecutionError", "InfeasibleError", "Location", "PlanError",
+           "ScheduleError", "SimulationError", "SpecError", "TesselError", "TslSyntaxError"]
+
 
 @dataclass(frozen=True)
 class Location:

@@ -13,6 +13,8 @@ from functools import cached_property
 
 from tessel_dsl.errors import Location
 
+__all__ = ["DTYPE_BYTES", "Block", "Edge", "Expectation", "Kind", "Link", "Mode", "Spec", "Tensor", "Units"]
+
 
 class Kind(str, Enum):
     """What a block computes. Split backward follows the zero-bubble papers' I/W split."""

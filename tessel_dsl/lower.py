@@ -30,6 +30,8 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.program import Action, Op, Program
 from tessel_dsl.schedule import Schedule, Slot
 
+__all__ = ["lower", "programs_text"]
+
 
 @dataclass(frozen=True)
 class Transfer:

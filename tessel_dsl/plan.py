@@ -19,6 +19,8 @@ from tessel_dsl.program import Program
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.serialize import from_json, to_json
 
+__all__ = ["Plan", "SearchInfo", "load_plan", "make_plan", "plan_from_json", "plan_to_json", "save_plan"]
+
 SCHEMA = "tessel-plan"
 VERSION = 1
 

@@ -7,7 +7,7 @@ an oversized plan is refused before any work that grows with its size:
 
 1. the spec: ranges of every number, names, placements, edges (no unknown block, no cycle) and
    every backward-like block depending on its forward; then every check `tessel check` makes
-   (`lang.check.diagnose`: memory that no backward frees, a micro-batch's memory below zero, an
+   (`lang.spec_check.diagnose`: memory that no backward frees, a micro-batch's memory below zero, an
    inference spec holding backward blocks, the limits of `tessel_dsl.limits`), so a plan file
    holds no spec that a `.tsl` file could not;
 2. the schedule: micro-batch and instance limits, then the independent validator
@@ -32,6 +32,8 @@ from tessel_dsl.limits import (MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICRO
 from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.units import memory_in, time_in
+
+__all__ = ["validate_plan"]
 
 _IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
 _MAX_NAME = MAX_NAME
@@ -142,7 +144,7 @@ def check_spec(spec: Spec) -> None:
 def check_spec_meaning(spec: Spec) -> None:
     """What `tessel check` says of a spec, for the spec inside a plan (after `check_spec`, so the
     checks below meet no unknown name or cycle): its first problem, and how many more."""
-    from tessel_dsl.lang.check import diagnose
+    from tessel_dsl.lang.spec_check import diagnose
 
     found = [d for d in diagnose(spec) if d.code not in _PLAN_MAY_FAIL]
     if found:

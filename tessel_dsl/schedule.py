@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from tessel_dsl.ir import Spec
 
+__all__ = ["Repetend", "Schedule", "Slot"]
+
 
 @dataclass(frozen=True, order=True)
 class Slot:

@@ -15,6 +15,8 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule, Slot
 from tessel_dsl.units import memory_in, time_in
 
+__all__ = ["validate"]
+
 
 def validate(spec: Spec, schedule: Schedule, *, check_memory: bool = True) -> None:
     """Raise ScheduleError naming device, time step and block for the first broken rule."""

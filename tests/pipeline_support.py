@@ -223,28 +223,6 @@ def vshape(devices: int, n: int):
 
 
 
-def checkpointed(plan, blocks, data, path, save_after: int | None = None, load: bool = False, seed: int = 0,
-                 replicas: int = 1) -> list:
-    """GPT ranks (E and H sharded when the plan has them): optionally resume from `path`, train on
-    `data` (from the checkpoint's step), optionally save after `save_after` steps and go on;
-    returns the losses of the steps run."""
-    from tessel_dsl.executor.pipeline import Pipeline
-
-    tp = gpt_tp() if "H" in plan.spec.by_name else None
-    pipe = Pipeline(plan, gpt(seed=seed), gpt_loss, blocks=blocks, replicas=replicas, tp=tp)
-    opt = optimizer(pipe.param_groups())
-    start = pipe.load(path, opt) if load else 0
-    losses = []
-    for i, (x, y) in enumerate(data[start:], start):
-        if save_after is not None and i == save_after:
-            pipe.save(path, opt, step=i)
-        k = pipe.replica
-        losses.append(pipe.step(x.chunk(replicas)[k], y.chunk(replicas)[k]))
-        opt.step()
-        opt.zero_grad()
-    return losses
-
-
 def bad_batch(plan, blocks, rows: int, label_len: int = 8):
     from tessel_dsl.executor.pipeline import Pipeline
 

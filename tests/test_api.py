@@ -74,7 +74,7 @@ def test_api_guide_examples():
     guide = ROOT / "docs" / "api.md"
     if not guide.exists():
         pytest.skip("docs/api.md not present")
-    for module in ("tessel_dsl.lang.parser", "tessel_dsl.search.driver", "simulator"):
+    for module in ("tessel_dsl.lang.parser", "tessel_dsl.search.driver", "tessel_dsl.simulator"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tessel_dsl.lang.check import check, diagnose
+from tessel_dsl.lang.spec_check import check, diagnose
 from tessel_dsl.errors import Location, SpecError
 from tessel_dsl.ir import Block, Edge, Expectation, Kind, Link, Spec
 

@@ -10,7 +10,7 @@ import pytest
 
 from tessel_dsl.search.baselines import RECORDS, build
 from tessel_dsl.search.baselines.compare import compare, measured_period, steady_bubble
-from tessel_dsl.report.table3 import PAPER, table3
+from tessel_dsl.views.table3 import PAPER, table3
 
 from .test_baselines import mshape, vshape, xshape
 

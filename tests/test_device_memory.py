@@ -318,7 +318,7 @@ def test_example_spec_search_and_simulation_keep_each_device_within_its_room():
 
 def test_profiled_spec_keeps_each_devices_in_flight_count():
     from tessel_dsl.analysis import resident_memory
-    from tessel_dsl.interop.profile import Measurement, apply_measurements, spec_to_tsl
+    from tessel_dsl.interop.profiled_spec import Measurement, apply_measurements, spec_to_tsl
 
     spec = parse(vspec("memory 4GB\nmemory 3GB - 1GB on 0").replace("resolution memory 1GB\n", "")
                  .replace("GB", ""))

@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import executor  # noqa: E402
+from tessel_dsl import executor  # noqa: E402
 from tessel_dsl.executor.launch import check_plan  # noqa: E402
 from tessel_dsl.executor.models import shapes  # noqa: E402
 from tessel_dsl.executor.trace import block_durations, chrome_trace, replay, summarize  # noqa: E402
@@ -196,7 +196,7 @@ def test_torchrun_entry_point(tmp_path):
     spec = shapes.vshape(2, microbatches=2)
     save_plan(plan_for(spec, "1f1b", 2), tmp_path / "plan.json")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "executor", str(tmp_path / "plan.json"), "--model", "tessel_dsl.executor.models.chain:factory",
+           "-m", "tessel_dsl.executor", str(tmp_path / "plan.json"), "--model", "tessel_dsl.executor.models.chain:factory",
            "--json", "--trace", str(tmp_path / "trace.json"), "--timeout", "60"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-import executor  # noqa: E402
+from tessel_dsl import executor  # noqa: E402
 from tessel_dsl.executor.models import shapes  # noqa: E402
 from tessel_dsl.errors import ExecutionError  # noqa: E402
 

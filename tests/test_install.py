@@ -32,7 +32,7 @@ def test_installed_package_ships_the_grammar(tmp_path):
     installed_from_source = REPO in where.parents
     grammar = subprocess.run(
         [sys.executable, "-c",
-         "from importlib.resources import files; print(files('tessel_dsl.grammar').joinpath('tessel.lark').is_file())"],
+         "from importlib.resources import files; print(files('tessel_dsl').joinpath('grammar', 'tessel.lark').is_file())"],
         cwd=tmp_path, capture_output=True, text=True)
     if not installed_from_source:
         assert grammar.stdout.strip() == "True", grammar.stderr
@@ -71,14 +71,17 @@ def test_installing_adds_one_top_level_name(tmp_path):
     assert probe.returncode == 0, probe.stderr
 
 
-def test_every_source_package_is_listed_in_pyproject():
+def test_the_source_tree_is_the_installed_tree():
+    """Every package sits under tessel_dsl/ where it is installed: no folder is mapped into the
+    package, and the package list is found, not written by hand."""
     import tomllib
 
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    inside = {"tessel_dsl": (), "simulator": ("tessel_dsl",), "executor": ("tessel_dsl",)}
-    found = {".".join((*inside[top], *p.parent.relative_to(REPO).parts))
-             for top in inside for p in (REPO / top).rglob("__init__.py")}
-    assert found <= listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "package-dir" not in setuptools and "packages" in setuptools
+    assert setuptools["packages"]["find"]["include"] == ["tessel_dsl*"]
+    tops = sorted(p.parent.name for p in REPO.glob("*/__init__.py"))
+    assert set(tops) - {"tests"} == {"tessel_dsl"}, f"Python packages outside tessel_dsl/: {tops}"
+    assert (REPO / "tessel_dsl" / "grammar" / "tessel.lark").is_file()
 
 
 def test_installed_cli_searches_and_simulates(tmp_path):

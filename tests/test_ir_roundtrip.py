@@ -9,7 +9,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tessel_dsl.interop.profile import spec_to_tsl
+from tessel_dsl.interop.profiled_spec import spec_to_tsl
 from tessel_dsl.ir import DTYPE_BYTES, Block, Edge, Expectation, Kind, Link, Mode, Spec, Tensor, Units
 from tessel_dsl.lang.options import BLOCK_FIELDS
 from tessel_dsl.lang.parser import parse

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import executor  # noqa: E402
+from tessel_dsl import executor  # noqa: E402
 from tessel_dsl.executor.models import shapes  # noqa: E402
 from tessel_dsl.executor.models.common import chain_split, section_starts  # noqa: E402
 from tessel_dsl.errors import ExecutionError  # noqa: E402

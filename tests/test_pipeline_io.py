@@ -1,5 +1,5 @@
-"""`Pipeline` checkpoints (torch.distributed.checkpoint) and the bad inputs it refuses before any
-rank computes."""
+"""The bad inputs `Pipeline` refuses before any rank computes (checkpoints are in
+test_pipeline_checkpoint.py)."""
 from __future__ import annotations
 
 import pytest
@@ -11,29 +11,10 @@ from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
 from tessel_dsl.executor.bind import Binding  # noqa: E402
 from tessel_dsl.executor.block_map import forward_graph, read_blocks  # noqa: E402
 from tessel_dsl.executor.pipeline import Pipeline  # noqa: E402
-from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
+from tessel_dsl.executor.local_ranks import run_ranks  # noqa: E402
 
 from . import pipeline_support as ps  # noqa: E402
 from .executor_support import plan_for  # noqa: E402
-
-
-def test_resuming_from_a_checkpoint_gives_the_uninterrupted_losses(tmp_path):
-    # 2 pipeline x 2 data-parallel ranks with DTensor-sharded E and H: the checkpoint holds
-    # shards, plain stage parameters (one copy per replica) and AdamW state.
-    spec = ps.shapes.mshape(2, microbatches=4, head=True)
-    plan = ps.searched_plan(spec)
-    blocks = blocks_by_name(plan.spec, 4)
-    data = ps.batches(512, 6, 16, 8)
-    ck = tmp_path / "ck"
-    whole = run_ranks(ps.checkpointed, 4, plan, blocks, data, ck, 3, False, 0, 2)  # saved after 3 steps
-    assert (ck / "tessel-plan.json").exists() and len(whole[0]) == 6
-    # Other initial weights: only the checkpoint can bring the losses back.
-    rest = run_ranks(ps.checkpointed, 4, plan, blocks, data, ck, None, True, 7, 2)
-    for r in range(4):
-        assert rest[r] == pytest.approx(whole[r][3:], rel=1e-6, abs=0)
-    other = plan_for(spec, "1f1b+", 4)
-    with pytest.raises(ExecutionError, match="not this plan"):
-        run_ranks(ps.checkpointed, 4, other, blocks, data, ck, None, True, 0, 2)
 
 
 def test_a_batch_that_does_not_split_into_n_micro_batches_fails_before_running():

@@ -12,7 +12,7 @@ from tessel_dsl.analysis import max_inflight
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Kind
 from tessel_dsl.lang.parser import parse
-from tessel_dsl.interop.profile import Measurement, apply_measurements, measurements_from_run, nice_floor, spec_to_tsl
+from tessel_dsl.interop.profiled_spec import Measurement, apply_measurements, measurements_from_run, nice_floor, spec_to_tsl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,7 +175,7 @@ def test_profiled_spec_with_physical_units_round_trips():
 
 def test_measure_times_and_activations_on_this_device():
     pytest.importorskip("torch")
-    from tessel_dsl.executor.profile import measure
+    from tessel_dsl.executor.measure import measure
 
     found = measure(parse(CHAIN), factory, device="cpu", repeats=3, warmup=1, model_args={"wide": 8})
     by = {m.block: m for m in found}
@@ -190,7 +190,7 @@ def test_measure_times_and_activations_on_this_device():
 
 def test_inference_measures_forward_only():
     pytest.importorskip("torch")
-    from tessel_dsl.executor.profile import measure
+    from tessel_dsl.executor.measure import measure
 
     spec = parse(CHAIN.replace("mode train", "mode infer"))
     found = measure(spec, factory, device="cpu", repeats=2, warmup=0)
@@ -202,7 +202,7 @@ def test_inference_measures_forward_only():
 
 def test_model_errors_are_tessel_errors():
     pytest.importorskip("torch")
-    from tessel_dsl.executor.profile import measure
+    from tessel_dsl.executor.measure import measure
 
     with pytest.raises(TesselError, match="MODULE:FACTORY"):
         measure(parse(CHAIN), "no_colon_here", device="cpu")
@@ -300,7 +300,7 @@ def test_measure_on_cuda_uses_events_and_counts_activations():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from tessel_dsl.executor.profile import measure
+    from tessel_dsl.executor.measure import measure
 
     found = measure(parse(CHAIN), factory, device="cuda", repeats=5, warmup=2, model_args={"hidden": 512, "wide": 4})
     assert all(m.device.startswith("cuda") and m.forward > 0 and m.backward > 0 for m in found)

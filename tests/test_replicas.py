@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import executor  # noqa: E402
+from tessel_dsl import executor  # noqa: E402
 from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.executor.models import gpt, shapes  # noqa: E402
 from tessel_dsl.executor.models.common import reference_step  # noqa: E402

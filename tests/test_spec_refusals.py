@@ -109,7 +109,7 @@ def test_a_spec_at_the_limits_gives_a_plan_that_loads(tmp_path):
 
 def test_a_chain_over_thousands_of_undefined_names_reports_twenty_and_a_count():
     """One error per name was 200,002 lines and a minute of CPU for a chain of 100,001 names."""
-    from tessel_dsl.lang.check import MAX_REPEATED
+    from tessel_dsl.lang.spec_check import MAX_REPEATED
 
     text = "devices 1\nmemory 4\nforward A on 0 time 1\nA -> chain(X{i} for i in 0..2000)\n"
     with pytest.raises(SpecError) as info:
@@ -123,7 +123,7 @@ def test_a_chain_over_thousands_of_undefined_names_reports_twenty_and_a_count():
 
 
 def test_repeated_errors_of_a_loop_are_capped_per_code():
-    from tessel_dsl.lang.check import MAX_REPEATED
+    from tessel_dsl.lang.spec_check import MAX_REPEATED
 
     text = "devices 2\nmemory 4\nfor i in 0..99:\n    forward F{i} on 7 time 1\n"
     with pytest.raises(SpecError) as info:

@@ -139,7 +139,7 @@ def render_placements(results) -> object:
 def _render_table3(rows):
     from rich.table import Table
 
-    from tessel_dsl.report.table3 import COLUMN_TITLES, COLUMNS
+    from tessel_dsl.views.table3 import COLUMN_TITLES, COLUMNS
 
     table = Table(title="Table 3: steady-state bubble rate of training schedules (measured / paper)",
                   title_justify="left", header_style="bold")
@@ -223,7 +223,7 @@ def compare(
         raise typer.BadParameter(f"unknown schedule {unknown[0]!r} (choose from {', '.join(SCHEDULES)})",
                                  param_hint="--schedule")
     if table3:
-        from tessel_dsl.report.table3 import table3 as run_table3
+        from tessel_dsl.views.table3 import table3 as run_table3
 
         with err_console.status("measuring Table 3 (Tessel searches included)..."):
             rows3 = run_table3(specs_dir, solver=solver, time_limit=time_limit or 120.0)

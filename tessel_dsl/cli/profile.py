@@ -57,7 +57,7 @@ def profile(
     """Time each block's forward and backward and measure its activations on this device, or take
     the block times of a pipelined run (--from-run)."""
     from tessel_dsl.lang.parser import parse_file
-    from tessel_dsl.interop.profile import apply_measurements, spec_to_tsl
+    from tessel_dsl.interop.profiled_spec import apply_measurements, spec_to_tsl
     from tessel_dsl.fileio import write_text_atomic
 
     if (model is None) == (from_run is None):
@@ -80,7 +80,7 @@ def profile(
             err_console.print(f"wrote {output}", highlight=False)
         return
     try:
-        from tessel_dsl.executor.profile import measure
+        from tessel_dsl.executor.measure import measure
     except ImportError as e:
         from tessel_dsl.errors import TesselError
 
@@ -102,7 +102,7 @@ def _from_run(spec, path: Path, key: str | None):
     import json
 
     from tessel_dsl.errors import TesselError
-    from tessel_dsl.interop.profile import measurements_from_run
+    from tessel_dsl.interop.profiled_spec import measurements_from_run
 
     try:
         data = json.loads(path.read_text())

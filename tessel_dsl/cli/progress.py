@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from tessel_dsl.search.driver import Progress
+from tessel_dsl.search.result import Progress
 
 
 def parts(p: Progress) -> list[tuple[str, str | None]]:

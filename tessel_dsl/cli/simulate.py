@@ -86,8 +86,8 @@ def simulate(
     from tessel_dsl.simulator import summary_table
 
     from tessel_dsl.ir import Link
-    from tessel_dsl.report.timeline import from_rows, render, write_svg
-    from tessel_dsl.report.trace import compute_spans, transfer_spans, write_trace
+    from tessel_dsl.views.timeline import from_rows, render, write_svg
+    from tessel_dsl.views.trace import compute_spans, transfer_spans, write_trace
 
     bubble_limit = parse_ratio(max_bubble, "--max-bubble") if max_bubble is not None else None
     if mode is not None and mode not in ("train", "infer"):

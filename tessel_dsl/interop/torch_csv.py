@@ -26,6 +26,8 @@ from tessel_dsl.ir import Kind, Mode, Spec
 from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule
 
+__all__ = ["TorchCsvError", "export_torch_csv", "schedule_from_csv"]
+
 
 class TorchCsvError(TesselError):
     """A plan PyTorch cannot express, or a CSV file that is not a valid PyTorch schedule."""

@@ -1,23 +1,19 @@
 """Block declarations and dependency chains, evaluated into IR `Block`s and `Edge`s.
 
 Split out of `evaluate` so that each module stays about one thing; both functions take the
-`Evaluator` (for its values and diagnostics) and the variable scope of the statement.
+evaluator (an `EvalContext`, for its values and diagnostics) and the variable scope of the statement.
 """
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from tessel_dsl.lang import syntax as A
 from tessel_dsl.errors import Location
 from tessel_dsl.ir import DTYPE_BYTES, Block, Edge, Kind, Tensor
+from tessel_dsl.lang.context import EvalContext
 from tessel_dsl.lang.options import BY_WORDS, OPTIONS
 from tessel_dsl.lang.values import MAX_BLOCKS, ForwardOptions
 
-if TYPE_CHECKING:
-    from tessel_dsl.lang.evaluate import Evaluator
 
-
-def build_block(ev: "Evaluator", s: A.BlockDecl, env) -> None:
+def build_block(ev: EvalContext, s: A.BlockDecl, env) -> None:
     """Evaluate one `forward|backward|... NAME [of FWD] [on DEVICES] time T memory M ...`."""
     if len(ev.blocks) >= MAX_BLOCKS:
         ev.stop("too-large", f"more than {MAX_BLOCKS} blocks", s.loc)
@@ -63,7 +59,7 @@ def build_block(ev: "Evaluator", s: A.BlockDecl, env) -> None:
     ev.blocks.append(block)
 
 
-def _read(ev: "Evaluator", how: str, value, env):
+def _read(ev: EvalContext, how: str, value, env):
     """An option's value, read the way its row in `options.OPTIONS` says."""
     if how == "time":
         return int(ev.time_units(value, env))
@@ -80,7 +76,7 @@ def _read(ev: "Evaluator", how: str, value, env):
     raise ValueError(f"no reader for option values of kind {how!r}")
 
 
-def _devices(ev: "Evaluator", d: A.DevSet, env) -> tuple[int, ...]:
+def _devices(ev: EvalContext, d: A.DevSet, env) -> tuple[int, ...]:
     if isinstance(d, A.DevAll):
         if ev.out.devices is None:
             raise ev.error("missing-declaration", "`on all` needs `devices N` first", d.loc)
@@ -96,7 +92,7 @@ def _devices(ev: "Evaluator", d: A.DevSet, env) -> tuple[int, ...]:
     return tuple(range(lo, hi + 1))
 
 
-def expand_edges(ev: "Evaluator", s: A.Edges, env) -> None:
+def expand_edges(ev: EvalContext, s: A.Edges, env) -> None:
     """`a -> {b, c} -> chain(F{i} for i in 0..3) -> d : [dims] dtype` into IR edges."""
     tensor = None
     if s.tensor is not None:
@@ -138,5 +134,5 @@ def expand_edges(ev: "Evaluator", s: A.Edges, env) -> None:
                 _add(ev, a, b, tensor, loc)
 
 
-def _add(ev: "Evaluator", a: str, b: str, tensor: Tensor | None, loc: Location) -> None:
+def _add(ev: EvalContext, a: str, b: str, tensor: Tensor | None, loc: Location) -> None:
     ev.edges.append(Edge(a, b, tensor, loc))

@@ -1,4 +1,4 @@
-"""The LALR tables of `grammar/tessel.lark`, built ahead of time and shipped as `lalr_tables.py`.
+"""The LALR tables of `tessel_dsl/grammar/tessel.lark`, built ahead of time and shipped as `lalr_tables.py`.
 
 Building the parser from the grammar costs about 0.1 s of CPU, paid by every `tessel` command
 unless lark's own cache (a pickle it keeps in the temporary directory) is there and writable.

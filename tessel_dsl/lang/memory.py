@@ -1,18 +1,14 @@
 """The `memory C [reserve R] on DEVICES` lines of a spec, resolved per device once `devices` is known."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tessel_dsl.errors import Location
 from tessel_dsl.lang import syntax as A
 from tessel_dsl.lang.blocks import _devices
+from tessel_dsl.lang.context import EvalContext
 from tessel_dsl.lang.values import Skip
 
-if TYPE_CHECKING:
-    from tessel_dsl.lang.evaluate import Evaluator
 
-
-def resolve_device_memory(ev: "Evaluator", lines: list[A.Memory]) -> dict[int, Location]:
+def resolve_device_memory(ev: EvalContext, lines: list[A.Memory]) -> dict[int, Location]:
     """Resolve the `memory ... on DEVICES` lines into per-device capacity and reserve: a
     device named by two lines, or outside 0..D-1, is an error naming both places."""
     o = ev.out

@@ -25,6 +25,8 @@ from tessel_dsl.errors import Diagnostic, Location, SpecError, TesselError, TslS
 from tessel_dsl.ir import Block, Edge, Mode, Spec
 from tessel_dsl.limits import MAX_SPEC_BYTES, MAX_STATEMENT_CHARS
 
+__all__ = ["parse", "parse_file"]
+
 _PARSER: Lark | None = None
 # Options fixed with the grammar (and so in the shipped tables); the per-process ones, postlex and
 # propagate_positions, are given when the tables are loaded, as lark allows.
@@ -55,11 +57,8 @@ class _BadIndent(Exception):
 
 
 def grammar_text() -> str:
-    """The grammar, from the installed package or, in a source checkout, from `grammar/`."""
-    try:
-        return (importlib.resources.files("tessel_dsl.grammar") / "tessel.lark").read_text()
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):
-        return (Path(__file__).resolve().parents[2] / "grammar" / "tessel.lark").read_text()
+    """The grammar, `tessel_dsl/grammar/tessel.lark` (package data, shipped by an install)."""
+    return (importlib.resources.files("tessel_dsl") / "grammar" / "tessel.lark").read_text()
 
 
 def lark_parser() -> Lark:
@@ -298,7 +297,7 @@ def _check_statement_length(text: str, file: str) -> None:
 
 def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
     """Evaluate a parsed module into a checked Spec (raises SpecError with every problem)."""
-    from tessel_dsl.lang.check import cap_repeated, diagnose
+    from tessel_dsl.lang.spec_check import cap_repeated, diagnose
     from tessel_dsl.lang.evaluate import Evaluator
 
     load_diags: list[Diagnostic] = []

@@ -1,6 +1,8 @@
 """The Tessel search and the schedules it is compared with.
 
 driver      the search end to end (paper Algorithm 1): bounds, repetend, completion, extension
+result      what a search returns (`SearchResult`) and reports while it runs (`Progress`)
+notes       what the search says about its answer, as data (a kind and values), and its wording
 finish      finishing for one N (baseline orders, end re-solve); re-extending a plan to another N
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_LAZY = {"search": "driver", "SearchResult": "driver", "Progress": "driver", "METHODS": "driver",
+_LAZY = {"search": "driver", "SearchResult": "result", "Progress": "result", "METHODS": "driver",
          "reextend": "finish"}
 
 

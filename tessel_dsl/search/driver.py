@@ -15,7 +15,7 @@ Every schedule returned has passed `validate.validate`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 from tessel_dsl.analysis import lower_bound, microbatch_memory
@@ -33,37 +33,19 @@ from tessel_dsl.search.finish import finish
 from tessel_dsl.search.kcopy import with_copies
 from tessel_dsl.search.membound import memory_period_bound
 from tessel_dsl.search.modulo import POLISH_EFFORT
+from tessel_dsl.search.notes import Note, note, render
 from tessel_dsl.search.period_walk import modulo_search
 from tessel_dsl.search.repetend import Counters, enumerate_search, make_repetend, nr_limit, repetend_problem, serial_repetend
+from tessel_dsl.search.result import Progress, SearchResult
 from tessel_dsl.search.solvers import Objective, resolve, solve
 from tessel_dsl.search.timescale import divide_spec, scale_schedule, time_unit
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
 
+__all__ = ["METHODS", "Progress", "SearchResult", "search"]
+
 METHODS = ("enumerate", "modulo")
 DEFAULT_METHOD = "modulo"  # measured faster (docs/search.md)
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A snapshot for live displays: what the search is doing right now."""
-
-    phase: str
-    lower_bound: int
-    period: int = 0
-    nr: int = 0
-    best: int | None = None
-    tried: int = 0
-    pruned: int = 0
-    elapsed: float = 0.0
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """The searched schedule (warmup/repetend/cooldown filled when a repetend exists) and how."""
-
-    schedule: Schedule
-    info: SearchInfo
 
 
 def _check_inputs(spec: Spec, n: int, method: str) -> None:
@@ -189,10 +171,9 @@ def _constructive(spec: Spec, n: int, clock: Clock,
     rep = sched.repetend
     if progress is not None:
         progress(Progress("done", lower * u, rep.period * u, rep.nr, rep.period * u, 0, 0, clock.elapsed()))
-    note = ("built without a solver (modulo list scheduling): the period reaches its lower bound "
-            "and the makespan reaches its bound, so both are optimal")
     info = SearchInfo("none", "constructive", True, clock.elapsed(), lower_bound(spec), rep.period, rep.nr,
-                      0, 0, note, period_proven=True, copies=1, makespan_bound=makespan_bound(spec, n))
+                      0, 0, render([note("constructive")]), period_proven=True, copies=1,
+                      makespan_bound=makespan_bound(spec, n))
     return SearchResult(sched, info)
 
 
@@ -201,7 +182,11 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
             find: Callable[..., tuple[Repetend, bool, str]] | None = None) -> SearchResult:
     """`search` on a spec whose times have no common divisor left (times in that spec's units).
     `find` (optional) replaces `find_repetend`: called with the spec and the same keywords, it
-    returns (repetend, period proven, note); completion, extension and finishing are as usual."""
+    returns (repetend, period proven, note); completion, extension and finishing are as usual.
+
+    Phases: a direct solve when memory grows with every micro-batch (`_direct_search`); else the
+    repetend, its warmup and cooldown (`_complete`), the extension to N with finishing, or below
+    N_R one solve of the N micro-batches (`_below_nr`); then what is proven (`_verdict`)."""
     counters = Counters()
     lower = lower_bound(spec)
     best: list[int | None] = [None]
@@ -216,37 +201,80 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
     report("bounds")
     net = [sum(b.memory for b in spec.blocks_on(d)) for d in range(spec.devices)]
     if any(x > 0 for x in net):
-        # Memory would grow with every repetend, so none can repeat: solve the N micro-batches directly.
         report("direct solve")
-        dev = max(range(spec.devices), key=lambda d: net[d])
-        note = (f"a micro-batch leaves {net[dev]} memory unit(s) on device {dev}, so no repetend can "
-                f"repeat; all {n} micro-batches were solved directly")
-        try:
-            slots, proven = direct(spec, n, solver, clock.left())
-        except DirectCut:
-            slots, proven = one_at_a_time(spec, n), False
-            note = note.replace("were solved directly", "run one after another: the direct solve found no "
-                                "schedule within its budget")
-            try:
-                validate(spec, Schedule(n, slots, name="tessel"))
-            except ScheduleError as err:
-                raise TesselError(f"no schedule of {n} micro-batches was found within the solver budget "
-                                  f"(the direct solve found none; running them one after another fails: {err}); "
-                                  "give a --time-limit or fewer micro-batches") from None
-        sched = Schedule(n, slots, name="tessel")
-        validate(spec, sched)
-        if not proven:
-            note += "; a budget or time limit cut the direct solve: the makespan is not proven optimal"
-        info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0, note,
-                          period_proven=False, copies=1, makespan_bound=makespan_bound(spec, n))
-        return SearchResult(sched, info)
+        return _direct_search(spec, n, net, solver=solver, clock=clock, counters=counters)
 
     witnesses: dict = {}
-    rep, period_proven, note = (find or find_repetend)(spec, solver=solver, method=method, clock=clock,
-                                                       counters=counters, report=report, witnesses=witnesses)
+    rep, period_proven, found = (find or find_repetend)(spec, solver=solver, method=method, clock=clock,
+                                                        counters=counters, report=report, witnesses=witnesses)
     best[0] = rep.period
     counters.period, counters.nr = rep.period, rep.nr
     report("completion")
+    parts = _complete(spec, rep, solver=solver, clock=clock, counters=counters, witnesses=witnesses)
+    notes = [note("text", text=found)] if found else []
+    report("extension")
+    proofs: list[str] = []  # solves that proved the final schedule's makespan optimal (refine.py)
+    bound = makespan_bound(spec, n)
+    if n >= rep.nr:
+        sched = extend(spec, parts, n)
+        report("refinement")
+        sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts, proofs=proofs)
+        notes += [note("text", text=h) for h in how]
+        truncated = False
+    else:
+        # N < N_R too large to solve: not proven optimal unless at the makespan bound
+        sched, truncated, said = _below_nr(spec, parts, n, solver=solver, clock=clock, counters=counters, bound=bound)
+        notes.append(said)
+    # A schedule at the makespan bound is time-optimal for this N whatever a budget cut on the way:
+    # no solve could have shortened it, so the cuts do not make it unproven.
+    # So is one an exact solve of the whole schedule proved shortest (`proofs`).
+    at_bound = sched.makespan(spec) <= bound
+    verdict = _verdict(counters.cuts, at_bound, proofs)
+    notes += [verdict] if verdict is not None else []
+    at_bound = at_bound or bool(proofs)
+    proven = period_proven and (at_bound or (not counters.cuts and not truncated))
+    if not proven and not notes:
+        notes.append(note("time-limit"))
+    info = SearchInfo(solver, method, proven, clock.elapsed(), lower, rep.period, rep.nr,
+                      counters.tried, counters.pruned, render(notes), period_proven=period_proven, copies=1,
+                      makespan_bound=bound)
+    report("done")
+    return SearchResult(sched, info)
+
+
+def _direct_search(spec: Spec, n: int, net: list[int], *, solver: str, clock: Clock,
+                   counters: Counters) -> SearchResult:
+    """All N micro-batches in one solve: memory grows with every repetend (`net` > 0 on some
+    device), so none can repeat. A solve that finds nothing in its budget runs them one after
+    another."""
+    lower = lower_bound(spec)
+    dev = max(range(spec.devices), key=lambda d: net[d])
+    serial = False
+    try:
+        slots, proven = direct(spec, n, solver, clock.left())
+    except DirectCut:
+        slots, proven, serial = one_at_a_time(spec, n), False, True
+        try:
+            validate(spec, Schedule(n, slots, name="tessel"))
+        except ScheduleError as err:
+            raise TesselError(f"no schedule of {n} micro-batches was found within the solver budget "
+                              f"(the direct solve found none; running them one after another fails: {err}); "
+                              "give a --time-limit or fewer micro-batches") from None
+    sched = Schedule(n, slots, name="tessel")
+    validate(spec, sched)
+    notes = [note("memory-grows", memory=net[dev], device=dev, n=n, serial=serial)]
+    if not proven:
+        notes.append(note("direct-cut"))
+    info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0, render(notes),
+                      period_proven=False, copies=1, makespan_bound=makespan_bound(spec, n))
+    return SearchResult(sched, info)
+
+
+def _complete(spec: Spec, rep: Repetend, *, solver: str, clock: Clock, counters: Counters,
+              witnesses: dict) -> Parts:
+    """The repetend with its time-optimal warmup and cooldown. A solve cut by its budget before it
+    found anything settles for the valid phases that showed the repetend can be completed; every
+    phase not proven optimal is named in `counters.cuts`."""
     warm = solve_warmup(spec, rep, solver=solver, time_limit=clock.left(), effort=COMPLETION_EFFORT)
     cool = solve_cooldown(spec, rep, solver=solver, time_limit=clock.left(), effort=COMPLETION_EFFORT)
     if warm is None or cool is None:
@@ -265,72 +293,51 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
     if warm is None or cool is None:
         raise InfeasibleError(f"the repetend (P={rep.period * clock.unit}, N_R={rep.nr}) has no valid warmup or cooldown "
                               f"under {capacity_in(spec)}")
-    notes = [note] if note else []
     if not warm.proven:
         counters.cuts.append("the warmup")
     if not cool.proven:
         counters.cuts.append("the cooldown")
-    parts = Parts(warm.slots, rep, cool.slots)
-    report("extension")
-    truncated = False  # N < N_R too large to solve: not proven optimal unless at the makespan bound
-    proofs: list[str] = []  # solves that proved the final schedule's makespan optimal (refine.py)
-    bound = makespan_bound(spec, n)
-    if n >= rep.nr:
-        sched = extend(spec, parts, n)
-        report("refinement")
-        sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts, proofs=proofs)
-        notes += how
-    else:
-        # One time-optimal solve of the n micro-batches with a deterministic budget, seeded with
-        # the best schedule known without it: the N_R schedule without the micro-batches from n
-        # on, or a shorter applicable baseline. Above DIRECT_MAX_TASKS block instances (such a
-        # solve does not settle) the seed is used as it is.
-        from tessel_dsl.search.extend import truncated as truncate
-        from tessel_dsl.search.refine import best_baseline
+    return Parts(warm.slots, rep, cool.slots)
 
-        short = truncate(spec, parts, n)
-        seed_span = max(s.start + spec.block(s.block).time for s in short)
-        seed_what = f"the schedule for N_R micro-batches without the last {rep.nr - n}"
-        base = best_baseline(spec, n, than=seed_span)
-        if base is not None:
-            short, seed_span = base[0].slots, base[0].makespan(spec)
-            seed_what = f"{base[1].upper()} for N={n} (makespan {seed_span * clock.unit})"
-        slots, got = below_span(spec, parts, n, solver, clock.left(), seed=short)
-        too_large = n * len(spec.blocks) > DIRECT_MAX_TASKS
-        if got != "optimal" and not too_large:
-            counters.cuts.append(f"the direct solve of N={n}")
-        # Phases stay numbered for N = N_R so the plan can still be extended (see extend.parts_of).
-        sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
-        validate(spec, sched)
-        if got == "seed":
-            truncated = sched.makespan(spec) > bound
-            why = "too large to solve directly" if too_large else "its direct solve found nothing shorter within budget"
-            notes.append(f"N={n} is below the repetend's N_R={rep.nr} and {why}: {seed_what} is used "
-                         f"({'not proven optimal' if truncated else 'at the makespan bound'}; the repetend is kept "
-                         "for larger N)")
-        else:
-            notes.append(f"N={n} is below the repetend's N_R={rep.nr}: solved the {n} "
-                         "micro-batch(es) directly" + ("" if got == "optimal" else f", starting from {seed_what}")
-                         + " (the repetend is kept for larger N)")
-    # A schedule at the makespan bound is time-optimal for this N whatever a budget cut on the way:
-    # no solve could have shortened it, so the cuts do not make it unproven.
-    # So is one an exact solve of the whole schedule proved shortest (`proofs`).
-    at_bound = sched.makespan(spec) <= bound
-    if counters.cuts and not at_bound and not proofs:
-        notes.append("not proven: a budget or time limit cut " + ", ".join(counters.cuts)
-                     + " (the best found is used)")
-    elif counters.cuts and at_bound:
-        notes.append("the makespan equals its lower bound, so it is optimal for this N although a budget "
-                     "cut " + ", ".join(counters.cuts))
-    elif counters.cuts:
-        notes.append(f"{proofs[0]}, so it is optimal for this N although a budget cut " + ", ".join(counters.cuts))
-    at_bound = at_bound or bool(proofs)
-    proven = period_proven and (at_bound or (not counters.cuts and not truncated))
-    note = "; ".join(notes)
-    if not proven and not note:
-        note = "a solver call hit the time limit"
-    info = SearchInfo(solver, method, proven, clock.elapsed(), lower, rep.period, rep.nr,
-                      counters.tried, counters.pruned, note, period_proven=period_proven, copies=1,
-                      makespan_bound=bound)
-    report("done")
-    return SearchResult(sched, info)
+
+def _below_nr(spec: Spec, parts: Parts, n: int, *, solver: str, clock: Clock, counters: Counters,
+              bound: int) -> tuple[Schedule, bool, Note]:
+    """N below the repetend's N_R: one time-optimal solve of the n micro-batches with a
+    deterministic budget, seeded with the best schedule known without it: the N_R schedule without
+    the micro-batches from n on, or a shorter applicable baseline. Above DIRECT_MAX_TASKS block
+    instances (such a solve does not settle) the seed is used as it is. Returns the schedule,
+    whether it is unproven for lack of a solve (a seed above the makespan bound), and its note."""
+    from tessel_dsl.search.extend import truncated as truncate
+    from tessel_dsl.search.refine import best_baseline
+
+    rep = parts.repetend
+    short = truncate(spec, parts, n)
+    seed_span = max(s.start + spec.block(s.block).time for s in short)
+    seed = dict(n=n, nr=rep.nr, baseline=None, dropped=rep.nr - n, seed_makespan=None)
+    base = best_baseline(spec, n, than=seed_span)
+    if base is not None:
+        short, seed_span = base[0].slots, base[0].makespan(spec)
+        seed.update(baseline=base[1], seed_makespan=seed_span * clock.unit)
+    slots, got = below_span(spec, parts, n, solver, clock.left(), seed=short)
+    too_large = n * len(spec.blocks) > DIRECT_MAX_TASKS
+    if got != "optimal" and not too_large:
+        counters.cuts.append(f"the direct solve of N={n}")
+    # Phases stay numbered for N = N_R so the plan can still be extended (see extend.parts_of).
+    sched = Schedule(n, slots, name="tessel", warmup=parts.warmup, repetend=rep, cooldown=parts.cooldown)
+    validate(spec, sched)
+    if got == "seed":
+        truncated = sched.makespan(spec) > bound
+        return sched, truncated, note("below-nr-seed", too_large=too_large, truncated=truncated, **seed)
+    return sched, False, note("below-nr-solved", optimal=got == "optimal", **seed)
+
+
+def _verdict(cuts: list[str], at_bound: bool, proofs: list[str]) -> Note | None:
+    """What the budget cuts (if any) mean for the schedule: unproven, or optimal all the same
+    because it reaches the makespan bound or a solve of the whole schedule proved it shortest."""
+    if cuts and not at_bound and not proofs:
+        return note("cut-unproven", cuts=tuple(cuts))
+    if cuts and at_bound:
+        return note("cut-at-bound", cuts=tuple(cuts))
+    if cuts:
+        return note("cut-but-proved", proof=proofs[0], cuts=tuple(cuts))
+    return None

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.clock import Clock
+from tessel_dsl.search.result import Progress, SearchResult
 from tessel_dsl.validate import validate
-
-if TYPE_CHECKING:
-    from tessel_dsl.search.driver import Progress, SearchResult
 
 MAX_COPIES = 2           # repetends holding each block up to this many times are tried ...
 COPIES_MAX_BLOCKS = 24   # ... while the unrolled spec has at most this many blocks (effort grows fast)

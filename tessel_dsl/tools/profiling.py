@@ -6,7 +6,9 @@ It joins three layers (the language reads the spec, the executor measures, the i
 from __future__ import annotations
 
 from tessel_dsl.ir import Spec
-from tessel_dsl.interop.profile import Measurement
+from tessel_dsl.interop.profiled_spec import Measurement
+
+__all__ = ["profile_spec"]
 
 
 def profile_spec(spec, model, *, device=None, repeats: int = 10, warmup: int = 3, model_args: dict | None = None,
@@ -17,8 +19,8 @@ def profile_spec(spec, model, *, device=None, repeats: int = 10, warmup: int = 3
     `model` is ``"package.module:factory"`` or the factory itself (see `tessel_dsl.executor.model_api`).
     With `output`, the profiled spec is also written there as `.tsl` (atomically).
     """
-    from tessel_dsl.executor.profile import measure
-    from tessel_dsl.interop.profile import apply_measurements, spec_to_tsl
+    from tessel_dsl.executor.measure import measure
+    from tessel_dsl.interop.profiled_spec import apply_measurements, spec_to_tsl
 
     if not isinstance(spec, Spec):
         from tessel_dsl.lang.parser import parse_file

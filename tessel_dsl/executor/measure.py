@@ -22,7 +22,7 @@ import torch
 
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.ir import Kind, Mode, Spec
-from tessel_dsl.interop.profile import Measurement
+from tessel_dsl.interop.profiled_spec import Measurement
 
 from tessel_dsl.executor.model_api import StageContext, StageModel, backward_of, forward_preds, forward_succs, load_factory
 

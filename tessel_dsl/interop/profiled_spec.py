@@ -1,6 +1,6 @@
 """Profiled costs: turn measured block times and activation sizes into a spec with integer costs.
 
-The measuring itself happens in `tessel_dsl.executor.profile` (it needs torch); this module only does the
+The measuring itself happens in `tessel_dsl.executor.measure` (it needs torch); this module only does the
 arithmetic and writes the result as a flat `.tsl` file, so `tessel search` reads it unchanged:
 
 * time: one resolution for the whole spec, a round 1/2/5 x 10^k seconds chosen so the quickest

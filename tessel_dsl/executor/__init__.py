@@ -17,7 +17,7 @@ __all__ = ["run", "RunReport"]
 
 def __getattr__(name: str):
     if name == "RunReport":
-        from tessel_dsl.executor.report import RunReport
+        from tessel_dsl.executor.run_report import RunReport
         return RunReport
     raise AttributeError(name)
 

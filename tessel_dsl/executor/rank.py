@@ -23,7 +23,7 @@ from pathlib import Path
 from tessel_dsl.errors import TesselError
 from tessel_dsl.plan import plan_from_json
 
-from tessel_dsl.executor.report import RankResult, RunReport
+from tessel_dsl.executor.run_report import RankResult, RunReport
 
 
 @dataclass

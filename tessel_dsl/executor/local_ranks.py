@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from tessel_dsl.errors import ExecutionError, TesselError
 
+__all__ = ["run_ranks"]
+
 
 def _child(fn, args, rank: int, world: int, port: int, out, threads: int) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),

@@ -25,6 +25,8 @@ from tessel_dsl.limits import (MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICRO
                                MAX_TENSOR_BYTES, MAX_TENSOR_DIMS)
 from tessel_dsl.units import memory_in, time_in
 
+__all__ = ["check", "diagnose"]
+
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 OPS = ("<", "<=", "==", "!=", ">=", ">")
 # Of one kind of mistake repeated (a chain over thousands of undefined names), this many are

@@ -8,7 +8,7 @@ for tokens, labels in loader:
     opt.step(); opt.zero_grad()
 ```
 
-Run one process per rank (``torchrun``, or `tessel_dsl.executor.ranks.run_ranks`). With R x D
+Run one process per rank (``torchrun``, or `tessel_dsl.executor.local_ranks.run_ranks`). With R x D
 ranks for a D-device plan, ranks form a 2-D DeviceMesh ``("dp", "pp")``: replica k runs the plan on
 ranks ``k*D .. k*D+D-1``, and after each step every parameter's gradient is averaged over the
 replicas that hold it. Every rank of a replica must be given the same batch (each replica its own).
@@ -96,7 +96,7 @@ class Pipeline:
         if not dist.is_initialized():
             if "RANK" not in os.environ:
                 raise ExecutionError("no process group: start the ranks with torchrun or "
-                                     "tessel_dsl.executor.ranks.run_ranks")
+                                     "tessel_dsl.executor.local_ranks.run_ranks")
             backend, bind = ("nccl", None) if torch.cuda.is_available() else ("gloo", None)
             if backend == "nccl":
                 bind = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -342,9 +342,10 @@ class Pipeline:
         for i, x in enumerate(leaves):
             if isinstance(x, torch.Tensor):
                 rows = x.shape[0] if x.dim() else 0
-                if x.dim() == 0 or rows % self.n:
+                if x.dim() == 0 or rows % self.n or rows == 0:  # 0 rows would train to a NaN loss
                     raise ExecutionError(f"a batch of {rows} rows does not split into the plan's {self.n} "
-                                         f"micro-batches (every input and target tensor is split on dim 0)")
+                                         f"micro-batches of at least one row (every input and target tensor "
+                                         f"is split on dim 0)")
         chunks = [x.to(self.device).chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n
                   for x in leaves]
         self.mbs = [pytree.tree_unflatten([c[mb] for c in chunks], spec) for mb in range(self.n)]
@@ -399,10 +400,12 @@ class Pipeline:
         all ranks call it together."""
         save_checkpoint(self, path, optimizer, step)
 
-    def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None) -> int:
+    def load(self, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None, *,
+             trusted: bool = False) -> int:
         """Load a checkpoint written by `save` for the same plan and mapping; returns its step.
-        Checked on every rank before anything is read."""
-        return load_checkpoint(self, path, optimizer)
+        Checked on every rank before anything is read. Only DCP's metadata classes and plain data
+        are unpickled unless `trusted` (DCP's own loader, which runs whatever the files name)."""
+        return load_checkpoint(self, path, optimizer, trusted)
 
 
 class _Stage:

@@ -135,7 +135,7 @@ def chrome_trace(events: list[Event], name: str = "measured") -> dict:
 def write_trace(path: str | os.PathLike, events: list[Event], name: str = "measured") -> None:
     """Write the Chrome trace atomically (the shared writer when the project provides one)."""
     try:
-        from tessel_dsl.report import trace as shared  # written alongside the simulator; optional here
+        from tessel_dsl.views import trace as shared  # written alongside the simulator; optional here
         writer = getattr(shared, "write_events", None)
     except ImportError:
         writer = None
