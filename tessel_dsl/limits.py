@@ -2,7 +2,7 @@
 
 Every limit is checked before the work it bounds starts, so an oversized input is a clear error
 at once rather than minutes of work or a memory blow-up. A spec that passes `tessel check` is
-within every limit a plan loader applies (`lang/spec_check.py` and `plan_check.py` read this one table),
+within every limit a plan loader applies (`spec_rules.py` checks this one table for both),
 so no search writes a plan that the simulator or the executor then refuses.
 """
 from __future__ import annotations

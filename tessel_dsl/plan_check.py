@@ -7,9 +7,9 @@ an oversized plan is refused before any work that grows with its size:
 
 1. the spec: ranges of every number, names, placements, edges (no unknown block, no cycle) and
    every backward-like block depending on its forward; then every check `tessel check` makes
-   (`lang.spec_check.diagnose`: memory that no backward frees, a micro-batch's memory below zero, an
-   inference spec holding backward blocks, the limits of `tessel_dsl.limits`), so a plan file
-   holds no spec that a `.tsl` file could not;
+   (`spec_rules`: memory that no backward frees, a micro-batch's memory below zero, an inference
+   spec holding backward blocks, the limits of `tessel_dsl.limits`), so a plan file holds no spec
+   that a `.tsl` file could not;
 2. the schedule: micro-batch and instance limits, then the independent validator
    (`tessel_dsl.validate`), and the repetend a re-extension would use;
 3. the programs against the schedule: each (block, micro-batch) computed exactly once on each of
@@ -31,6 +31,7 @@ from tessel_dsl.limits import (MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICRO
                                MAX_TENSOR_BYTES, MAX_TENSOR_DIMS)
 from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule
+from tessel_dsl.spec_rules import limit_problems, memory_problems, mode_problems
 from tessel_dsl.units import memory_in, time_in
 
 __all__ = ["validate_plan"]
@@ -38,9 +39,6 @@ __all__ = ["validate_plan"]
 _IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
 _MAX_NAME = MAX_NAME
 _MAX_DIMS = MAX_TENSOR_DIMS
-# Checks of `tessel check` a plan may fail on purpose: a baseline may overflow memory, and
-# `tessel simulate` reports that (exit 1) rather than refusing the plan.
-_PLAN_MAY_FAIL = frozenset({"memory-infeasible"})
 
 
 def validate_plan(plan, origin: str = "plan"):
@@ -142,11 +140,11 @@ def check_spec(spec: Spec) -> None:
 
 
 def check_spec_meaning(spec: Spec) -> None:
-    """What `tessel check` says of a spec, for the spec inside a plan (after `check_spec`, so the
-    checks below meet no unknown name or cycle): its first problem, and how many more."""
-    from tessel_dsl.lang.spec_check import diagnose
-
-    found = [d for d in diagnose(spec) if d.code not in _PLAN_MAY_FAIL]
+    """The rules `tessel check` holds a spec to beyond its structure (`spec_rules`), for the spec
+    inside a plan (after `check_spec`, so they meet no unknown name or cycle): its first problem,
+    and how many more. Capacity is the exception: a baseline may overflow memory on purpose, and
+    `tessel simulate` reports that (exit 1) rather than refusing the plan."""
+    found = limit_problems(spec) + mode_problems(spec) + memory_problems(spec, capacity=False)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise PlanError(f"spec: {found[0]}{more}")

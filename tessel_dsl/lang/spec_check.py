@@ -6,24 +6,22 @@ being well-formed: unknown names and cycles are found here before anything walks
 Codes: ``bad-devices``, ``bad-memory``, ``bad-microbatches``, ``duplicate-name``, ``empty-devices``,
 ``device-range``, ``duplicate-device``, ``non-positive-time``, ``missing-forward``,
 ``unknown-name``, ``cycle``, ``memory-infeasible``, ``unknown-metric``, ``bad-expect``,
-``backward-before-forward``, ``negative-memory``, ``memory-not-freed``, ``bad-link``, ``too-large``
-(a quantity beyond `tessel_dsl.limits`, the table plan loading applies too), ``bad-mode`` (an
-inference spec holding backward blocks).
-
-The same checks run on the spec inside every plan that is loaded (`plan_check.validate_plan`).
+``backward-before-forward``, ``bad-link``, and from `tessel_dsl.spec_rules` (which plan loading
+applies to the spec inside every plan too): ``negative-memory``, ``memory-not-freed``,
+``too-large`` (a quantity beyond `tessel_dsl.limits`), ``bad-mode`` (an inference spec holding
+backward blocks).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from tessel_dsl.analysis import forwards_not_ancestors, microbatch_memory
+from tessel_dsl.analysis import forwards_not_ancestors
 from tessel_dsl.errors import Diagnostic, Location, SpecError
-from tessel_dsl.ir import Kind, Mode, Spec
+from tessel_dsl.ir import Kind, Spec
 from tessel_dsl.lang.options import BLOCK_FIELDS
-from tessel_dsl.limits import (MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICROBATCHES, MAX_NAME, MAX_QUANTITY,
-                               MAX_TENSOR_BYTES, MAX_TENSOR_DIMS)
-from tessel_dsl.units import memory_in, time_in
+from tessel_dsl.spec_rules import limit_problems, memory_problems, mode_problems
+from tessel_dsl.units import memory_in
 
 __all__ = ["check", "diagnose"]
 
@@ -58,10 +56,8 @@ def diagnose(spec: Spec, where: dict[str, Location] | None = None) -> list[Diagn
         out.append(Diagnostic("no-blocks", "the placement declares no blocks", where.get("placement")))
     out += _link(spec)
     out += _blocks(spec)
-    out += _limits(spec, where)
-    if spec.mode is Mode.INFER:
-        out += [Diagnostic("bad-mode", f"an inference spec holds {b.kind.value} block {b.name} (inference "
-                           "runs forward blocks only)", b.span) for b in spec.blocks if b.kind.is_backward][:1]
+    out += limit_problems(spec, where)
+    out += mode_problems(spec)
     names = {b.name for b in spec.blocks}
     unknown = [(e, end) for e in spec.edges for end in (e.src, e.dst) if end not in names]
     # Suggestions cost a comparison with every block: offered while that stays cheap.
@@ -82,7 +78,7 @@ def diagnose(spec: Spec, where: dict[str, Location] | None = None) -> list[Diagn
     out += _expectations(spec)
     if not structural and not cycle:
         out += _backward_order(spec)
-        out += _memory(spec)
+        out += memory_problems(spec)
     return cap_repeated(out)
 
 
@@ -113,68 +109,6 @@ def cap_repeated(found: list[Diagnostic]) -> list[Diagnostic]:
             shown[d.code] = shown.get(d.code, 0) + 1
             out.append(d)
     return out + list(more.values())
-
-
-def _limits(spec: Spec, where: dict[str, Location]) -> list[Diagnostic]:
-    """Every quantity within `tessel_dsl.limits`, the table plan loaders hold a plan to: what passes
-    here can be searched, written and loaded again. One message per kind of excess."""
-    out: list[Diagnostic] = []
-    units = spec.units
-
-    def over(what: str, value: int, limit: int, loc, hint: str) -> None:
-        out.append(Diagnostic("too-large", f"{what} is {value} units, above the limit of {limit}{hint}", loc))
-
-    coarser = " (declare a coarser `resolution memory`)"
-    if units.memory_bytes > MAX_QUANTITY:
-        out.append(Diagnostic("too-large", f"a memory unit of {units.memory_bytes} bytes is above the limit of "
-                              f"{MAX_QUANTITY} bytes", where.get("resolution memory")))
-    caps = [("memory capacity", spec.memory)] + [(f"device {d}'s memory", c) for d, c in enumerate(spec.device_memory)] \
-        + [(f"device {d}'s reserve", r) for d, r in enumerate(spec.reserved)]
-    big = next(((w, c) for w, c in caps if c > MAX_QUANTITY), None)
-    if big:
-        over(f"{big[0]} ({memory_in(units, big[1])})", big[1], MAX_QUANTITY, where.get("memory"), coarser)
-    if len(spec.blocks) > MAX_BLOCKS:
-        out.append(Diagnostic("too-large", f"{len(spec.blocks)} blocks, more than {MAX_BLOCKS}", where.get("placement")))
-    if spec.devices > MAX_DEVICES:
-        out.append(Diagnostic("too-large", f"{spec.devices} devices, more than {MAX_DEVICES}", where.get("devices")))
-    for b in spec.blocks:
-        if b.time > MAX_QUANTITY:
-            over(f"the time of {b.name} ({time_in(units, b.time)})", b.time, MAX_QUANTITY, b.span,
-                 " (declare a coarser `resolution time`)")
-            break
-    for b in spec.blocks:
-        if abs(b.memory) > MAX_QUANTITY:
-            over(f"the memory of {b.name} ({memory_in(units, b.memory)})", abs(b.memory), MAX_QUANTITY, b.span, coarser)
-            break
-    name = next((b for b in spec.blocks if len(b.name) > MAX_NAME), None)
-    if name:
-        out.append(Diagnostic("too-large", f"block name {name.name[:20]}... has {len(name.name)} characters, "
-                              f"more than {MAX_NAME}", name.span))
-    for e in spec.edges:
-        t = e.tensor
-        if t is None:
-            continue
-        if len(t.shape) > MAX_TENSOR_DIMS or t.nbytes > MAX_TENSOR_BYTES or max(t.shape, default=1) > MAX_QUANTITY:
-            out.append(Diagnostic("too-large", f"the tensor of {e.src} -> {e.dst} ({len(t.shape)} dimensions, "
-                                  f"{t.nbytes} bytes) is beyond the limits of {MAX_TENSOR_DIMS} dimensions of at "
-                                  f"most {MAX_QUANTITY} and {MAX_TENSOR_BYTES} bytes", e.span))
-            break
-    n = max([spec.microbatches] + [x.microbatches for x in spec.expectations if isinstance(x.microbatches, int)])
-    if n > MAX_MICROBATCHES or n * len(spec.blocks) > MAX_INSTANCES:
-        out.append(Diagnostic("too-large", f"{n} micro-batches x {len(spec.blocks)} blocks: at most {MAX_MICROBATCHES} "
-                              f"micro-batches and {MAX_INSTANCES} block instances", where.get("microbatches")))
-    elif not out and spec.blocks and not _link(spec):
-        # Every block and every transfer of every micro-batch one after another: no schedule's
-        # start times go beyond this, and a plan's must stay within MAX_QUANTITY.
-        link = spec.link
-        work = sum(b.time for b in spec.blocks) + sum(
-            link.transfer_time(e.tensor.nbytes if e.tensor else 0) for e in spec.edges
-            if not (link.latency == 0 and (e.tensor is None or link.bandwidth == 0)))
-        if work * n > MAX_QUANTITY:
-            out.append(Diagnostic("too-large", f"{n} micro-batches of {time_in(units, round(work))} of work and transfers "
-                                  f"each come to {round(work * n)} time units, above the limit of {MAX_QUANTITY} "
-                                  "(declare a coarser `resolution time`)", where.get("microbatches") or where.get("link")))
-    return out
 
 
 def _backward_order(spec: Spec) -> list[Diagnostic]:
@@ -274,62 +208,6 @@ def _device_memory(spec: Spec) -> list[Diagnostic]:
             out.append(Diagnostic("reserve-too-large", f"device {d} reserves {memory_in(spec.units, spec.reserved_on(d))} "
                                   f"of its {memory_in(spec.units, spec.total_capacity(d))} (capacity left below zero)"))
     return out
-
-
-def _memory(spec: Spec) -> list[Diagnostic]:
-    out = _memory_balance(spec)
-    need = microbatch_memory(spec)
-    for d, n in enumerate(need):
-        cap = spec.capacity(d)
-        if n > cap:
-            has = (f"but each device has {memory_in(spec.units, cap)}" if spec.uniform_memory
-                   else f"but device {d} has {memory_in(spec.units, cap)}") + _reserve_note(spec, d)
-            out.append(Diagnostic("memory-infeasible", f"one micro-batch needs {memory_in(spec.units, n)} memory on device {d}, "
-                                  f"{has} (over by {memory_in(spec.units, n - cap)}); no "
-                                  "schedule can fit it", _first_span_on(spec, d)))
-    return out
-
-
-def _reserve_note(spec: Spec, d: int) -> str:
-    r = spec.reserved_on(d)
-    return f" ({memory_in(spec.units, spec.total_capacity(d))} less {memory_in(spec.units, r)} reserved)" if r else ""
-
-
-def _memory_balance(spec: Spec) -> list[Diagnostic]:
-    """One micro-batch's memory on a device never goes below zero (taken in dependency order), and
-    in training what its forwards allocate is freed by its backwards by the end: otherwise every
-    micro-batch would leave memory behind. Memory meant to stay belongs to an `other` block."""
-    out: list[Diagnostic] = []
-    running = [0] * spec.devices
-    reported: set[int] = set()
-    for name in spec.topo_order:
-        b = spec.block(name)
-        for d in b.devices:
-            running[d] += b.memory
-            if running[d] < 0 and d not in reported:
-                reported.add(d)
-                out.append(Diagnostic("negative-memory", f"{b.name} frees more memory on device {d} than "
-                                      f"one micro-batch holds there before it (the running total reaches "
-                                      f"{memory_in(spec.units, running[d])} in dependency order)", b.span))
-    if spec.mode.value == "train" and any(b.kind.is_backward for b in spec.blocks):
-        kept = [0] * spec.devices
-        for b in spec.blocks:
-            if b.kind is not Kind.OTHER:
-                for d in b.devices:
-                    kept[d] += b.memory
-        for d, k in enumerate(kept):
-            if k > 0:
-                fwd = [b.name for b in spec.blocks if b.kind is Kind.FORWARD and d in b.devices and b.memory > 0]
-                out.append(Diagnostic("memory-not-freed", f"on device {d} the forwards ({', '.join(fwd[:4])}"
-                                      f"{', ...' if len(fwd) > 4 else ''}) allocate {memory_in(spec.units, k)} more than the backwards "
-                                      "free, so each micro-batch leaves it behind; free it in a backward, or "
-                                      "declare memory that stays on an `other` block",
-                                      _first_span_on(spec, d)))
-    return out
-
-
-def _first_span_on(spec: Spec, device: int):
-    return next((b.span for b in spec.blocks if device in b.devices and b.span), None)
 
 
 def _expectations(spec: Spec) -> list[Diagnostic]:
