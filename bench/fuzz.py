@@ -3,15 +3,21 @@
     python bench/fuzz.py --specs 10000 --plans 1000          # the table in bench/RESULTS.md
     python bench/fuzz.py --specs 200 --plans 100 --json      # what tests/test_fuzz_bench.py runs
     python bench/fuzz.py --scaling                           # CPU time of checking 8k-100k blocks
+    python bench/fuzz.py --scaling explicit                  # ... of the explicit-lines spec only
 
 Every input is generated from (seed, index) alone, so a reported index reproduces with
 ``--only spec:INDEX`` (or ``plan:INDEX``), which prints the input and what happened.
 
 Specs come from a generator of this file's own (random headers, blocks, options, loops, shapes,
-includes, extreme numbers, ``--set`` values) and from token-level mutations of the shipped specs.
+includes, extreme numbers, ``--set`` values; per-device memory, reserves and memory sums,
+resolutions, quantities a hair off their resolution, parameters defined by themselves, quantities
+beyond the limits plans are held to, chains over thousands of undefined names, long files of
+plain block lines, very long lines) and from token-level mutations of the shipped specs.
 A spec is parsed and checked, then summarised as `tessel check` does. Plans are the small plan
 files under bench/plans, mutated as JSON (dropped or swapped actions, changed numbers, types and
-fields, deep nesting, huge counts); a plan that loads is simulated and exported to torch CSV.
+fields, deep nesting, huge counts; a spec whose forwards keep memory, a micro-batch's memory
+going below zero, an inference plan holding backward blocks); a plan that loads is simulated and
+exported to torch CSV.
 
 Inputs run one after another in a child process; the parent kills the child if one input runs
 over the wall-clock limit (then counted as over the limit) and starts a new one. CPU time per
@@ -37,8 +43,9 @@ SPECS = sorted((ROOT / "specs").glob("*.tsl"))
 PLANS = sorted(p for p in (ROOT / "bench" / "plans").glob("*.json") if p.stat().st_size < 40_000)
 
 NUMBERS = ["0", "1", "2", "3", "-1", "0.5", "2.5", "4096", "4097", "100000", "99999999999999999",
-           "1" + "0" * 15, "9" * 400, "9" * 5000, "00000000000000000001", "1.0000000001"]
-UNITS = ["", "", "", "ms", "us", "s", "GB", "MB", "GiB", "x", "%", "B", "min", "parsecs"]
+           "1" + "0" * 15, "9" * 400, "9" * 5000, "00000000000000000001", "1.0000000001", "2.000000001",
+           "100000.00001", "0.1", "0." + "0" * 40 + "1", "1/3"]
+UNITS = ["", "", "", "ms", "us", "s", "ns", "GB", "MB", "GiB", "TB", "x", "%", "B", "min", "parsecs"]
 PATHS = ["/dev/zero", "/dev/urandom", "/etc/passwd", "/proc/self/environ", "a\x00b.tsl", "missing.tsl",
          "lib/../lib.tsl", "/", ".", "specs/vshape.tsl", "../" * 20 + "etc/shadow", "x" * 5000 + ".tsl"]
 KINDS = ["forward", "backward", "input_grad", "weight_grad", "other"]
@@ -101,7 +108,55 @@ def _body(r: random.Random, depth: int, out: list[str], indent: str = "") -> Non
             out.append(indent + f"use s{r.randint(0, 3)}({_num(r) if r.random() < 0.5 else ''})")
 
 
+def _recent(r: random.Random) -> list[str]:
+    """Constructions of the latest round of bad input: self-defined parameters, `memory ... on`
+    with negative or out-of-range devices, quantities a hair off their resolution, quantities
+    beyond the plan limits, huge tensors, chains and groups over many undefined names."""
+    n = r.choice([50, 2_000, 100_001])
+    return r.choice([
+        [f"param {v} = {v}{r.choice(['', ' + 1', ' * 2'])}" for v in r.sample(["D", "X", "T"], r.randint(1, 2))],
+        [f"memory {_qty(r)}{r.choice(['', ' reserve ' + _qty(r)])} on {r.choice(['-1', 'D-1', '0, 7', '0..D', _devset(r)])}"],
+        [f"memory {_qty(r)} {r.choice(['+', '-'])} {_qty(r)}"],
+        ["resolution memory 1GB", f"memory 80GB + {r.choice(['1B', '0B', '1000000000B', '0.000000001GB'])}"],
+        ["resolution time 1ms", f"forward Q on 0 time {r.choice(['100000.00001ms', '(0.1 * 30)ms', '1ns', '2.5ms'])}"],
+        ["resolution memory 1GB", f"forward Q on 0 time 1 memory {r.choice(['2.000000001GB', '1.5GB', '(0.7 * 10)GB'])}"],
+        [f"derive backward time {r.choice(['1.0000000001x', '1.5x', '(0.1 * 20)x', '0x', '1/3x'])}"],
+        [f"resolution memory {r.choice(['1B', '0.5B', '2TB'])}", f"memory {r.choice(['2TB', '1TB', '8'])}"],
+        ["resolution time 1ns", f"forward Q on 0 time {r.choice(['1200s', '1s', '1ms'])}", f"microbatches {_num(r)}"],
+        [f"Q -> R : [{r.choice(['1000000000', '3', '99999999999999'])}, 1000000000, {_num(r)}] f32"],
+        [f"link latency {r.choice(['2000000000000', '1', '0.5'])}"],
+        [f"F0 -> chain(X{{i}} for i in 0..{n - 1})"],
+        ["F0 -> {" + ", ".join(f"U{i}" for i in range(r.choice([30, 3_000]))) + "}"],
+        [f"forward {'F' * r.choice([150, 300])} on 0 time 1"],
+    ])
+
+
+def plain_lines_spec(r: random.Random) -> str:
+    """A long file of plain block lines, as a profiler writes them (the parser's fast path), with an
+    occasional unusual or broken line among them."""
+    lines = ["placement plain", "devices 4", "memory 8GB", "resolution time 1ms", "resolution memory 1MB"]
+    odd = ["forward X on 0 time 1 memory", "forward time on 0 time 1", "forward A{1} on 0 time 1",
+           "for i in 0..1:", "  forward L on 1 time 1", "forward Y on 0 time 1e5", "forward Z on [0, 1] time 1",
+           "forward W on 0 time 1 " + "memory 1 " * 2_000 + "%", "(", "backward Q of F0 on all time 2"]
+    for i in range(r.choice([10, 500, 5_000])):
+        if r.random() < 0.002:
+            lines.append(r.choice(odd))
+            continue
+        opts = [f"time {r.choice(['1', '2ms', '3 ms', '1.000ms', '2.5ms' if r.random() < 0.01 else '4'])}"]
+        if r.random() < 0.5:
+            opts.append(f"memory {r.choice(['1MB', '2', '0.001GB', '0.5MB' if r.random() < 0.01 else '3MB'])}")
+        if r.random() < 0.1:
+            opts.append(r.choice(["grad G{0}".format(i), "grad time 2x", "infer memory 1MB"]))
+        lines.append(f"{r.choice(['forward', 'forward', 'other'])} F{i} on {r.choice(['0', '3', '0..1', 'all', '2 .. 3'])} "
+                     + " ".join(opts) + r.choice(["", "", "  # profiled"]))
+    if r.random() < 0.5:
+        lines.append("derive backward time " + r.choice(["2x", "1.5x"]))
+    return "\n".join(lines) + "\n"
+
+
 def generated_spec(r: random.Random) -> tuple[str, dict]:
+    if r.random() < 0.05:
+        return plain_lines_spec(r), {}
     lines = [f"placement p{r.randint(0, 9)}"]
     if r.random() < 0.8:
         lines.append(f"param D = {r.choice(['2', '4', _num(r)])}")
@@ -126,13 +181,16 @@ def generated_spec(r: random.Random) -> tuple[str, dict]:
             body += [f"  use s{max(0, s - 1)}()"] * r.randint(1, 3)
         lines += body
     _body(r, 0, lines)
+    if r.random() < 0.3:
+        for _ in range(r.randint(1, 3)):
+            lines += _recent(r)
     if r.random() < 0.5:
         lines.append("derive backward" + (f" time {_qty(r)}" if r.random() < 0.5 else ""))
     if r.random() < 0.3:
         lines.append(f"expect {r.choice(['bubble', 'period', 'peak_memory', 'nonsense'])} <= {_qty(r)}")
     if r.random() < 0.2:
         lines.append(f"mode {r.choice(['train', 'infer', 'sideways'])}")
-    sets = {"D": r.choice(NUMBERS + ["4", "2", "x", "nan", "inf", "1e400"])} if r.random() < 0.2 else {}
+    sets = {"D": r.choice(NUMBERS + ["4", "2", "x", "nan", "inf", "1e400", "-1", "1e-300"])} if r.random() < 0.2 else {}
     return "\n".join(lines) + "\n", sets
 
 
@@ -223,6 +281,19 @@ def _program_mutation(r: random.Random, data) -> None:
         acts.insert(i, dict(acts[r.randrange(len(acts))]))
 
 
+def _spec_meaning_mutation(r: random.Random, spec: dict) -> None:
+    """A plan whose spec is well-formed but means something `tessel check` refuses: memory that
+    no backward frees, a micro-batch's memory below zero, an inference plan with backward blocks."""
+    blocks = [b for b in spec["blocks"] if isinstance(b, dict)]
+    roll = r.random()
+    if roll < 0.3:
+        spec["mode"] = "infer"
+    elif blocks:
+        b = r.choice(blocks)
+        if isinstance(b.get("memory"), int):
+            b["memory"] += r.choice([1, -1, 5, -5, 2 ** 40])
+
+
 def mutated_plan(r: random.Random) -> str:
     data = json.loads(r.choice(PLANS).read_text())
     for _ in range(r.randint(1, 3)):
@@ -243,6 +314,8 @@ def mutated_plan(r: random.Random) -> str:
             del node[key]
         elif op < 0.9:
             node[key] = r.choice([{"spec": {"devices": 10 ** 9}}, 10 ** 9, {"microbatches": 10 ** 9}])
+        elif op < 0.92 and isinstance(data.get("spec"), dict) and isinstance(data["spec"].get("blocks"), list):
+            _spec_meaning_mutation(r, data["spec"])
         elif op < 0.95 and isinstance(data.get("schedule"), dict):
             data["schedule"]["microbatches"] = r.choice([0, 10 ** 9, 10 ** 6, 100_001])
         elif isinstance(data.get("spec"), dict):
@@ -376,9 +449,10 @@ def table(res: dict) -> str:
     return "\n".join(rows)
 
 
-def scaling(sizes=(8_000, 20_000, 100_000)) -> str:
+def scaling(sizes=(8_000, 20_000, 100_000), only: str | None = None) -> str:
     """CPU time of parse + check + `tessel check`'s summary for wide specs (every block ready at
-    once, which made the dependency order quadratic) and chains, at growing block counts."""
+    once, which made the dependency order quadratic), chains, and files of explicit block lines
+    (one per block, as a profiler writes them), at growing block counts."""
     from tessel_dsl.cli.check import summarize
     from tessel_dsl.lang.parser import parse
 
@@ -387,6 +461,10 @@ def scaling(sizes=(8_000, 20_000, 100_000)) -> str:
                                           f"  forward F{{i}} on 0 time 1\n",
         "fan-out from one block": lambda n: f"placement f\ndevices 8\nmemory 1\nforward S on 0 time 1\n"
                                             f"for i in 0..{n - 2}:\n  forward F{{i}} on 1 time 1\n  S -> F{{i}}\n",
+        "explicit forward lines": lambda n: "placement e\ndevices 8\nmemory 1000GB\nresolution time 1ms\n"
+                                            "resolution memory 1MB\n" + "".join(
+                                                f"forward F{i} on {i % 8} time {1 + i % 3}ms memory {i % 5}MB\n"
+                                                for i in range(n)),
         "chain + derived backward": lambda n: f"placement c\ndevices 8\nmemory {n}\nfor i in 0..{n // 2 - 1}:\n"
                                               f"  forward F{{i}} on 0 time 1 memory 1\n"
                                               f"for i in 0..{n // 2 - 2}:\n  F{{i}} -> F{{i+1}}\nderive backward\n",
@@ -394,6 +472,8 @@ def scaling(sizes=(8_000, 20_000, 100_000)) -> str:
     rows = ["| spec | " + " | ".join(f"{n:,} blocks" for n in sizes) + " |",
             "|---|" + "---:|" * len(sizes)]
     for name, make in shapes.items():
+        if only and only not in name:
+            continue
         cells = []
         for n in sizes:
             text = make(n)
@@ -412,10 +492,11 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=10.0, help="seconds of CPU per input")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", help="KIND:INDEX: print that input and run it here")
-    ap.add_argument("--scaling", action="store_true", help="CPU time of checking large specs instead")
+    ap.add_argument("--scaling", nargs="?", const="", default=None, metavar="SHAPE",
+                    help="CPU time of checking large specs instead (of the shapes whose name holds SHAPE)")
     args = ap.parse_args()
-    if args.scaling:
-        print(scaling())
+    if args.scaling is not None:
+        print(scaling(only=args.scaling or None))
         return
     if args.only:
         kind, _, index = args.only.partition(":")

@@ -13,14 +13,15 @@ __all__ = ["CODES", "Diagnostic", "ExecutionError", "InfeasibleError", "Location
 
 @dataclass(frozen=True)
 class Location:
-    """Where something came from in a spec file (1-based line and column)."""
+    """Where something came from in a spec file (1-based line and column; line 0: the file as a
+    whole, for a problem no line of it can show, such as a file that cannot be read)."""
 
     file: str
     line: int
     column: int
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
+        return f"{self.file}:{self.line}:{self.column}" if self.line > 0 else self.file
 
 
 class TesselError(Exception):
@@ -40,12 +41,27 @@ class SyntaxError_(TesselError):
         self.expected = expected
         caret = ""
         if source_line:
-            caret = f"\n    {source_line.rstrip()}\n    {' ' * (location.column - 1)}^"
+            shown, at = _window(source_line.rstrip(), location.column - 1)
+            caret = f"\n    {shown}\n    {' ' * at}^"
         hint = f"\nexpected one of: {', '.join(expected)}" if expected else ""
         super().__init__(f"{location}: syntax error: {message}{caret}{hint}")
 
 
 TslSyntaxError = SyntaxError_
+
+# A syntax error echoes a line of up to 100 characters whole; of a longer one, about this much
+# either side of the column.
+_WINDOW = 40
+
+
+def _window(line: str, index: int) -> tuple[str, int]:
+    """The part of `line` around `index` (with ``...`` where it was cut) and the caret's offset."""
+    if len(line) <= 2 * _WINDOW + 20:
+        return line, index
+    start = max(0, index - _WINDOW)
+    end = max(index, start + 2 * _WINDOW)
+    head = "..." if start else ""
+    return head + line[start:end] + ("..." if end < len(line) else ""), len(head) + index - start
 
 
 # Every `Diagnostic.code`, with what it means: the one list. The README's error table is this
@@ -90,14 +106,14 @@ CODES: dict[str, str] = {
     "bad-name": "a name template that gives something that is not a name",
     "empty-group": "an empty comprehension (`{F{i} for i in 3..1}`)",
     "bad-value": "a bad number (e.g. division by zero, a negative count or latency)",
-    "too-large": "a loop, range or nesting far too large",
+    "too-large": "a loop, range or nesting far too large; a quantity beyond the limits a plan is held to (`tessel_dsl/limits.py`)",
     "bad-devices": "a spec (built in Python) with fewer than one device",
     "bad-memory": "a negative memory capacity or reserve (or, in a spec built in Python, per-device "
                   "memory that does not list every device)",
     "reserve-too-large": "a device whose `reserve` is larger than its memory capacity",
     "bad-microbatches": "a spec (built in Python) with fewer than one micro-batch",
     "no-blocks": "a placement that declares no blocks",
-    "bad-mode": "a mode that is neither train nor infer",
+    "bad-mode": "a mode that is neither train nor infer; an inference spec (built in Python, or in a plan) holding backward blocks",
     "bad-input": "spec text that is not a string (Python API)",
     "cannot-read": "the spec file itself cannot be read",
 }

@@ -6,7 +6,10 @@ gradients. `validate_plan` re-derives everything from the plan's own contents, c
 an oversized plan is refused before any work that grows with its size:
 
 1. the spec: ranges of every number, names, placements, edges (no unknown block, no cycle) and
-   every backward-like block depending on its forward;
+   every backward-like block depending on its forward; then every check `tessel check` makes
+   (`spec_rules`: memory that no backward frees, a micro-batch's memory below zero, an inference
+   spec holding backward blocks, the limits of `tessel_dsl.limits`), so a plan file holds no spec
+   that a `.tsl` file could not;
 2. the schedule: micro-batch and instance limits, then the independent validator
    (`tessel_dsl.validate`), and the repetend a re-extension would use;
 3. the programs against the schedule: each (block, micro-batch) computed exactly once on each of
@@ -24,22 +27,25 @@ from collections import Counter
 from tessel_dsl.analysis import forwards_not_ancestors
 from tessel_dsl.errors import PlanError, ScheduleError
 from tessel_dsl.ir import Kind, Spec
-from tessel_dsl.limits import MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICROBATCHES, MAX_QUANTITY
+from tessel_dsl.limits import (MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICROBATCHES, MAX_NAME, MAX_QUANTITY,
+                               MAX_TENSOR_BYTES, MAX_TENSOR_DIMS)
 from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule
+from tessel_dsl.spec_rules import limit_problems, memory_problems, mode_problems
 from tessel_dsl.units import memory_in, time_in
 
 __all__ = ["validate_plan"]
 
 _IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
-_MAX_NAME = 200
-_MAX_DIMS = 16
+_MAX_NAME = MAX_NAME
+_MAX_DIMS = MAX_TENSOR_DIMS
 
 
 def validate_plan(plan, origin: str = "plan"):
     """Return `plan` unchanged if it is sound, else raise PlanError("<origin>: <what is wrong>")."""
     try:
         check_spec(plan.spec)
+        check_spec_meaning(plan.spec)
         _check_search(plan.search)
         _check_schedule(plan.spec, plan.schedule)
         _check_search_vs_schedule(plan.search, plan.spec, plan.schedule)
@@ -117,7 +123,7 @@ def check_spec(spec: Spec) -> None:
                 raise PlanError(f"spec.edges[{i}].tensor.shape: 1 to {_MAX_DIMS} dimensions, got {len(e.tensor.shape)}")
             for n in e.tensor.shape:
                 _int(n, f"spec.edges[{i}].tensor.shape", 1, MAX_QUANTITY)
-            if e.tensor.nbytes > MAX_QUANTITY * 1024:
+            if e.tensor.nbytes > MAX_TENSOR_BYTES:
                 raise PlanError(f"spec.edges[{i}].tensor: {e.tensor.nbytes} bytes is beyond any device")
     try:
         spec.topo_order
@@ -131,6 +137,17 @@ def check_spec(spec: Spec) -> None:
             _int(x.microbatches, f"spec.expectations[{i}].microbatches", 1, MAX_MICROBATCHES)
         if isinstance(x.value, float):
             _real(x.value, f"spec.expectations[{i}].value", -math.inf)
+
+
+def check_spec_meaning(spec: Spec) -> None:
+    """The rules `tessel check` holds a spec to beyond its structure (`spec_rules`), for the spec
+    inside a plan (after `check_spec`, so they meet no unknown name or cycle): its first problem,
+    and how many more. Capacity is the exception: a baseline may overflow memory on purpose, and
+    `tessel simulate` reports that (exit 1) rather than refusing the plan."""
+    found = limit_problems(spec) + mode_problems(spec) + memory_problems(spec, capacity=False)
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise PlanError(f"spec: {found[0]}{more}")
 
 
 def _check_device_memory(spec: Spec) -> None:

@@ -24,7 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 CORE = ("errors", "units", "fileio", "limits", "ir", "analysis", "schedule", "validate", "program", "serialize", "lower",
-        "plan", "plan_check")
+        "plan", "plan_check", "spec_rules")
 GROUPS = {"lang": 1, "search": 1, "views": 2, "interop": 2, "simulator": 3, "executor": 3, "tools": 4, "cli": 4}
 INDEPENDENT = ({"lang", "search"}, {"simulator", "executor"})
 

@@ -84,7 +84,21 @@ MUTATIONS = {
     "backward not after its forward": (lambda d: d["spec"]["edges"].remove(
         {"src": "F2", "dst": "B2", "tensor": None}), "does not depend on its forward"),
     "wrong peak memory": (lambda d: d.update(peak_memory=[0, 0, 0]), "peak_memory"),
+    # The checks of `tessel check` on the spec inside a plan: these simulated as ok, and the
+    # inference plan ran forwards without saving activations, then its backwards crashed the
+    # executor (KeyError: ('F1', 0)).
+    "forward memory no backward frees": (lambda d: d["spec"]["blocks"][0].update(memory=2), "error[memory-not-freed]"),
+    "micro-batch memory below zero": (lambda d: d["spec"]["blocks"][5].update(memory=-2), "error[negative-memory]"),
+    "inference plan with backward blocks": (lambda d: d["spec"].update(mode="infer"), "error[bad-mode]"),
+    "block name of 300 characters": (lambda d: _rename(d, "F0", "F" * 300), "identifiers of at most 200"),
 }
+
+
+def _rename(data: dict, old: str, new: str) -> None:
+    """Rename a block everywhere a plan names it."""
+    text = json.dumps(data).replace(f'"{old}"', f'"{new}"')
+    data.clear()
+    data.update(json.loads(text))
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))

@@ -156,6 +156,8 @@ INVALID = {
     "empty-group": (SpecError, "empty-group", 5, 6, None),
     "too-large": (SpecError, "too-large", 4, 1, None),
     "bad-link": (SpecError, "bad-link", 4, 26, None),
+    "param-self": (SpecError, "unknown-name", 2, 11, None),
+    "no-blocks": (SpecError, "no-blocks", 2, 1, None),
 }
 
 

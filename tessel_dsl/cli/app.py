@@ -43,6 +43,14 @@ class LazyConsole:
     def __getattr__(self, name: str):
         return getattr(self.get(), name)
 
+    def print(self, *objects, **options) -> None:
+        """`Console.print`; on stderr that is not a terminal (a log, a pipe, CI) lines are never
+        wrapped, so a `file:line:col: error[...]` stays one line however long its path."""
+        console = self.get()
+        if self._options.get("stderr") and "soft_wrap" not in options and not console.is_terminal:
+            options["soft_wrap"] = True
+        console.print(*objects, **options)
+
 
 console = LazyConsole()
 err_console = LazyConsole(stderr=True)

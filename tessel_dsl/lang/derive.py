@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from tessel_dsl.errors import Diagnostic
 from tessel_dsl.ir import Block, Edge, Kind
-from tessel_dsl.units import format_number, round_units
+from tessel_dsl.lang.values import Number, exact, show_number
 
 
 def backward_name(forward: str, explicit: str | None = None) -> str:
@@ -33,28 +33,27 @@ def backward_name(forward: str, explicit: str | None = None) -> str:
     return forward + "B"
 
 
-def _derived_time(f: Block, how: str, amount: float, own: bool, where, time_label: str,
+def _derived_time(f: Block, how: str, amount: Number, own: bool, where, time_label: str,
                   diags: list[Diagnostic]) -> int | None:
     """The backward time of forward `f`, or None after an error: a ratio that does not give a
     whole number of units is refused rather than rounded (1.5x of 3 units is 4.5, never 5)."""
     if how != "x":
         return int(amount)
-    exact = f.time * amount
-    n = round_units(exact, positive=True)
-    if abs(exact - n) > 1e-9 * max(1.0, abs(exact)):
+    time = exact(f.time * amount)  # ratios are exact (`values`): 1.0000000001x is never 1x
+    if not isinstance(time, int):
         unit = "units" if time_label == "unit" else f"units of `resolution time {time_label}`"
-        line = f"`grad time {format_number(amount)}x` of {f.name}" if own \
-            else f"`derive backward time {format_number(amount)}x`"
+        line = f"`grad time {show_number(amount)}x` of {f.name}" if own \
+            else f"`derive backward time {show_number(amount)}x`"
         diags.append(Diagnostic("inexact-quantity", f"{line} makes the backward of {f.name} "
-                                f"{format_number(amount)} x {f.time} = {format_number(round(exact, 6))} {unit}, "
+                                f"{show_number(amount)} x {f.time} = {show_number(time)} {unit}, "
                                 f"not a whole number; give {f.name} `grad time T` with a whole time, "
                                 "use a ratio that gives one, or declare a finer resolution",
                                 f.span if own else (where or f.span)))
         return None
-    return n
+    return time
 
 
-def derive_backward(blocks: list[Block], edges: list[Edge], ratio: tuple[str, float],
+def derive_backward(blocks: list[Block], edges: list[Edge], ratio: tuple[str, Number],
                     options: dict, diags: list[Diagnostic], where=None,
                     time_label: str = "unit") -> tuple[list[Block], list[Edge]]:
     """Add the mirrored backward blocks and edges; `options` maps forward name -> ForwardOptions.

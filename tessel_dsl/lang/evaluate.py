@@ -10,9 +10,9 @@ passes over the top level, so the order of a file's sections does not matter:
 """
 from __future__ import annotations
 
-import math
 from collections import ChainMap
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
@@ -22,7 +22,8 @@ from tessel_dsl.errors import Diagnostic, Location
 from tessel_dsl.ir import Block, Edge, Expectation, Link, Units
 from tessel_dsl.lang.blocks import build_block
 from tessel_dsl.lang.memory import resolve_device_memory
-from tessel_dsl.lang.values import MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER, UNSET, ForwardOptions, Skip, Values
+from tessel_dsl.lang.values import (DEFINING, MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER, UNSET, ForwardOptions, Number,
+                                    Skip, Values, exact, scale, show_number)
 from tessel_dsl.limits import MAX_EXPANSION, MAX_INCLUDES
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
@@ -49,7 +50,7 @@ class Program:
     infer_memory: int | None = None
     microbatches: int = 1
     mode: str | None = None
-    derive_time: tuple[str, float] | None = None
+    derive_time: tuple[str, Number] | None = None
     derive_loc: Location | None = None
     link: Link = Link()
     units: Units = Units()
@@ -79,7 +80,7 @@ class Evaluator(Values):
         self.out = Program()
         self.skipped_blocks = 0
         self._seen_header: dict[str, Location] = {}
-        self._time_res: tuple[float, str] | None = None
+        self._time_res: tuple[Fraction, str] | None = None
         self._mem_res: tuple[int, str] | None = None
         self._using: list[str] = []
         self._budget = MAX_EXPANSION
@@ -118,7 +119,7 @@ class Evaluator(Values):
             self.error("missing-declaration", "the spec never gives the per-device memory capacity "
                        "(add e.g. `memory 4`)", Location(self.module.file, 1, 1))
         self.out.units = Units(
-            time_seconds=self._time_res[0] if self._time_res else 1.0,
+            time_seconds=float(self._time_res[0]) if self._time_res else 1.0,
             time_label=self._time_res[1] if self._time_res else "unit",
             memory_bytes=self._mem_res[0] if self._mem_res else 1,
             memory_label=self._mem_res[1] if self._mem_res else "unit",
@@ -206,11 +207,16 @@ class Evaluator(Values):
             if q.unit not in table:
                 raise self.error("unknown-unit", f"`{q.unit or ''}` is not a {s.what} unit "
                                  f"(use one of {U.describe(table)})", q.loc)
-            label = f"{U.format_number(value)}{q.unit}"
+            label = f"{show_number(value)}{q.unit}"
+            size = exact(value * scale(table, q.unit))
             if s.what == "time":
-                self._time_res = (value * table[q.unit], label)
+                self._time_res = (Fraction(size), label)
+            elif not isinstance(size, int):
+                self._mem_res = (1, label)  # declared, though refused: its uses are not reported again
+                raise self.error("inexact-quantity", f"the memory resolution {label} is {show_number(size)} bytes, "
+                                 "not a whole number of bytes", q.loc)
             else:
-                self._mem_res = (max(1, int(round(value * table[q.unit]))), label)
+                self._mem_res = (size, label)
 
     def _param(self, s: A.Param) -> None:
         if s.name in self.params:
@@ -218,26 +224,37 @@ class Evaluator(Values):
         if s.name in self.sets:
             text = self.sets[s.name]
             try:
-                value: object = int(text) if len(text) <= 20 else float(text)
-                if abs(value) > MAX_NUMBER:  # type: ignore[arg-type]
+                # Exact, like a literal; the length bound keeps `1e99999` from being expanded.
+                if len(text) > 40 or "_" in text:
                     raise ValueError(text)
-            except ValueError:
-                try:
-                    value = float(text)
-                    if not math.isfinite(value):
-                        raise ValueError(text)
-                except ValueError:
-                    self.params[s.name] = UNSET
-                    raise self.error("bad-set-value", f"--set {s.name}={text}: not a number", s.loc) from None
+                value: Number = exact(Fraction(text.strip()))
+            except (ValueError, ZeroDivisionError):
+                self.params[s.name] = UNSET
+                raise self.error("bad-set-value", f"--set {s.name}={text}: not a number", s.loc) from None
+            if abs(value) > MAX_NUMBER:
+                self.params[s.name] = UNSET
+                raise self.error("bad-set-value", f"--set {s.name}={text}: out of range (at most "
+                                 f"{MAX_NUMBER:.0e})", s.loc)
+            try:
+                value = self._fine(value, s.loc)
+            except Skip:
+                self.params[s.name] = UNSET
+                raise
         elif s.value is None:
             self.params[s.name] = UNSET
             raise self.error("unset-param", f"parameter `{s.name}` has no value: give it one "
                              f"(`param {s.name} = 4`) or pass --set {s.name}=...", s.loc)
         else:
-            self.params[s.name] = UNSET  # visible (as unset) while its own value is computed
-            value = self.num(s.value, self.params)
+            # Visible while its own value is computed, so that a use of it there is reported;
+            # after any failure it is unset, and later uses are skipped without a second message.
+            self.params[s.name] = DEFINING
+            try:
+                value = self.num(s.value, self.params)
+            except Skip:
+                self.params[s.name] = UNSET
+                raise
         self.params[s.name] = value
-        self.param_text.append((s.name, U.format_number(value)))
+        self.param_text.append((s.name, show_number(value)))
 
     def _header(self, s: A.Stmt) -> None:
         o = self.out
@@ -275,7 +292,7 @@ class Evaluator(Values):
         elif isinstance(s, A.Derive):
             self._once("derive backward", s.loc)
             o.derive_loc = s.loc
-            o.derive_time = self.grad_time(s.time, self.params) if s.time else ("x", 2.0)
+            o.derive_time = self.grad_time(s.time, self.params) if s.time else ("x", 2)
         elif isinstance(s, A.Expect):
             self._expect(s)
 
@@ -295,10 +312,10 @@ class Evaluator(Values):
     def _link(self, s: A.LinkStmt) -> Link:
         latency = bandwidth = 0.0
         if s.latency is not None:
-            latency = self.time_units(s.latency, self.params, exact=False)
+            latency = self.time_units(s.latency, self.params, whole=False)
         if s.bandwidth is not None:
             r = s.bandwidth
-            value = self.num(r.expr, self.params)
+            value = float(self.num(r.expr, self.params))  # stored as a float, rounded (see below)
             if r.unit is not None:
                 if r.unit not in U.MEMORY_UNITS or r.per not in U.TIME_UNITS:
                     raise self.error("unknown-unit", f"bandwidth unit `{r.unit}/{r.per or '?'}` is not "
@@ -337,7 +354,7 @@ class Evaluator(Values):
                     and q.expr.name in SYMBOLS:
                 value = q.expr.name
             elif s.metric in ("period", "makespan"):
-                value = float(self.time_units(q, self.params, exact=False))
+                value = float(self.time_units(q, self.params, whole=False))
             elif s.metric == "peak_memory":
                 value = float(self.memory_units(q, self.params))
             else:

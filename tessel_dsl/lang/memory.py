@@ -23,7 +23,8 @@ def resolve_device_memory(ev: EvalContext, lines: list[A.Memory]) -> dict[int, L
                 devs.extend(_devices(ev, d, ev.params))
         except Skip:
             continue
-        outside = {d for d in devs if o.devices is not None and not 0 <= d < o.devices}
+        # A negative device is wrong whatever the count; above it, only once the count is known.
+        outside = {d for d in devs if d < 0 or (o.devices is not None and d >= o.devices)}
         here: set[int] = set()
         twice = []  # named by an earlier line, or twice on this one
         for d in devs:
@@ -36,8 +37,9 @@ def resolve_device_memory(ev: EvalContext, lines: list[A.Memory]) -> dict[int, L
         # One error of each kind per line, however many devices its ranges name.
         if outside:
             more = f" (and {len(outside) - 1} more)" if len(outside) > 1 else ""
+            within = f"0..{o.devices - 1}" if o.devices is not None else "the devices, numbered from 0"
             ev.error("device-range", f"`memory ... on {min(outside)}`: device {min(outside)} is outside "
-                     f"0..{o.devices - 1}{more}", s.loc)
+                     f"{within}{more}", s.loc)
         if twice:
             more = f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""
             ev.error("duplicate-declaration", f"the memory of device {twice[0]} is given twice "

@@ -6,6 +6,8 @@ into the IR.
 """
 from __future__ import annotations
 
+import gc
+import heapq
 import importlib.resources
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +18,7 @@ from lark.indenter import DedentError, Indenter
 
 from tessel_dsl import units as U
 from tessel_dsl.lang import syntax as A
+from tessel_dsl.lang.plain_lines import split_plain_lines
 from tessel_dsl.lang.tree import ToAst
 from tessel_dsl.lang.derive import derive_backward, project_infer
 from tessel_dsl.errors import Diagnostic, Location, SpecError, TesselError, TslSyntaxError
@@ -184,14 +187,33 @@ def parse_module(text: str, file: str) -> A.Module:
         tree = _parse_tree(src, file, "expr", (loc.line - 1, loc.column - 1), text)
         return ToAst(file, parse_expr).transform(tree)
 
-    tree = _parse_tree(text, file)
+    # Plain block lines are read directly (`plain_lines` says why); the parser reads the rest.
+    rest, plain = split_plain_lines(text, file, _keywords())
+    tree = _parse_tree(rest, file, full_text=text)
     try:
-        return A.Module(file, ToAst(file, parse_expr).transform(tree))
+        parsed = ToAst(file, parse_expr).transform(tree)
     except LarkError as e:  # a TesselError raised inside the transformer arrives wrapped
         inner = getattr(e, "orig_exc", None)
         if isinstance(inner, TesselError):
             raise inner from None
         raise _syntax_error(text, file, -1, 1, f"cannot read this file: {e}") from None
+    if plain:
+        parsed = list(heapq.merge(parsed, plain, key=lambda s: s.loc.line))
+    return A.Module(file, parsed)
+
+
+_KEYWORDS: frozenset[str] | None = None
+
+
+def _keywords() -> frozenset[str]:
+    """The grammar's words (`forward`, `time`, `all`, ...): the lexer never reads them as names."""
+    global _KEYWORDS
+    if _KEYWORDS is None:
+        import re
+
+        _KEYWORDS = frozenset(t.pattern.value for t in lark_parser().terminals
+                              if t.pattern.type == "str" and re.fullmatch(r"[A-Za-z_]\w*", t.pattern.value))
+    return _KEYWORDS
 
 
 # ---- evaluation -----------------------------------------------------------------------------
@@ -275,7 +297,7 @@ def _check_statement_length(text: str, file: str) -> None:
 
 def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
     """Evaluate a parsed module into a checked Spec (raises SpecError with every problem)."""
-    from tessel_dsl.lang.spec_check import diagnose
+    from tessel_dsl.lang.spec_check import cap_repeated, diagnose
     from tessel_dsl.lang.evaluate import Evaluator
 
     load_diags: list[Diagnostic] = []
@@ -323,18 +345,32 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
     )
     if out.devices is not None and out.memory is not None and not ev.stopped:
         # A reserve above its capacity has been reported at its `memory` line already.
-        found = [d for d in diagnose(spec) if d.code != "reserve-too-large"]
+        found = [d for d in diagnose(spec, ev._seen_header) if d.code != "reserve-too-large"]
         # After an evaluation error, blocks or edges may be missing: do not report that twice.
-        if ev.skipped_blocks:
+        if diags and ev.skipped_blocks:
             found = [d for d in found if d.code not in ("unknown-name", "no-blocks")]
-        elif ev.diags:
+        elif diags:
             found = [d for d in found if d.code != "no-blocks"]
-        diags += found
+        diags += [_placed(d, ev, module.file) for d in found]
+    if not diags and (spec.devices < 1 or not spec.blocks):
+        # Whatever was skipped said nothing: a spec with nothing to schedule is never accepted.
+        diags.append(_placed(Diagnostic("bad-devices", "the spec has no usable device count")
+                             if spec.devices < 1 else Diagnostic("no-blocks", "the placement declares no blocks"),
+                             ev, module.file))
     if diags:
         diags.sort(key=lambda d: (d.location is None, d.location.file if d.location else "",
                                   d.location.line if d.location else 0, d.location.column if d.location else 0))
-        raise SpecError(diags)
+        raise SpecError(cap_repeated(diags))
     return spec
+
+
+def _placed(d: Diagnostic, ev, file: str) -> Diagnostic:
+    """A whole-spec diagnostic without a place (from `check`, which also takes specs built in
+    Python) at the line it is about: the `placement` line, or the top of the file."""
+    if d.location is not None:
+        return d
+    where = ev._seen_header.get("devices") if d.code == "bad-devices" else ev._seen_header.get("placement")
+    return replace(d, location=where or Location(file, 1, 1))
 
 
 def _device_memory(ev, out, mode: Mode, memory: int, diags: list[Diagnostic]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -343,10 +379,10 @@ def _device_memory(ev, out, mode: Mode, memory: int, diags: list[Diagnostic]) ->
     n = out.devices or 0
     caps, res = [memory] * n, [out.reserve] * n
     for d, (train, infer) in out.device_memory.items():
-        if d < n:
+        if 0 <= d < n:
             caps[d] = infer if mode is Mode.INFER and infer is not None else train
     for d, r in out.device_reserve.items():
-        if d < n:
+        if 0 <= d < n:
             res[d] = r
     show = ev._mem_show()
     for d in range(n):
@@ -389,6 +425,18 @@ def parse(text: str, file: str = "<string>", sets: dict[str, str] | None = None,
     """Parse and check `.tsl` text; `sets` overrides parameters, `mode` the file's train/infer."""
     if not isinstance(text, str):
         raise SpecError([Diagnostic("bad-input", f"spec text must be a string, got {type(text).__name__}")])
+    # Reading a spec makes hundreds of thousands of small objects and no reference cycles worth
+    # collecting: the cyclic collector's passes over them were a third of the time of a long spec.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse(text, file, sets, mode)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _parse(text: str, file: str, sets: dict[str, str] | None, mode: str | None) -> Spec:
     try:
         module = parse_module(text, file)
     except RecursionError:  # the tree is built recursively; absurd nesting cannot be read
@@ -405,5 +453,5 @@ def parse_file(path, sets: dict[str, str] | None = None, mode: str | None = None
     try:
         text = read_spec_text(path)
     except _Unreadable as e:
-        raise SpecError([Diagnostic("cannot-read", f"cannot read spec {path}: {e}")]) from None
+        raise SpecError([Diagnostic("cannot-read", f"cannot read spec: {e}", Location(str(path), 0, 0))]) from None
     return parse(text, str(path), sets, mode)

@@ -6,22 +6,30 @@ being well-formed: unknown names and cycles are found here before anything walks
 Codes: ``bad-devices``, ``bad-memory``, ``bad-microbatches``, ``duplicate-name``, ``empty-devices``,
 ``device-range``, ``duplicate-device``, ``non-positive-time``, ``missing-forward``,
 ``unknown-name``, ``cycle``, ``memory-infeasible``, ``unknown-metric``, ``bad-expect``,
-``backward-before-forward``, ``negative-memory``, ``memory-not-freed``, ``bad-link``.
+``backward-before-forward``, ``bad-link``, and from `tessel_dsl.spec_rules` (which plan loading
+applies to the spec inside every plan too): ``negative-memory``, ``memory-not-freed``,
+``too-large`` (a quantity beyond `tessel_dsl.limits`), ``bad-mode`` (an inference spec holding
+backward blocks).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from tessel_dsl.analysis import forwards_not_ancestors, microbatch_memory
-from tessel_dsl.errors import Diagnostic, SpecError
+from tessel_dsl.analysis import forwards_not_ancestors
+from tessel_dsl.errors import Diagnostic, Location, SpecError
 from tessel_dsl.ir import Kind, Spec
 from tessel_dsl.lang.options import BLOCK_FIELDS
+from tessel_dsl.spec_rules import limit_problems, memory_problems, mode_problems
 from tessel_dsl.units import memory_in
 
 __all__ = ["check", "diagnose"]
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 OPS = ("<", "<=", "==", "!=", ">=", ">")
+# Of one kind of mistake repeated (a chain over thousands of undefined names), this many are
+# reported one by one, then one line says how many more there are.
+MAX_REPEATED = 20
 
 
 def check(spec: Spec) -> Spec:
@@ -32,8 +40,10 @@ def check(spec: Spec) -> Spec:
     return spec
 
 
-def diagnose(spec: Spec) -> list[Diagnostic]:
-    """Every semantic problem of `spec`, in a stable order (empty when the spec is sound)."""
+def diagnose(spec: Spec, where: dict[str, Location] | None = None) -> list[Diagnostic]:
+    """Every semantic problem of `spec`, in a stable order (empty when the spec is sound).
+    `where` places problems of the header: the line of each statement (``memory``, ...)."""
+    where = where or {}
     out: list[Diagnostic] = []
     if spec.devices < 1:
         out.append(Diagnostic("bad-devices", f"a placement needs at least one device, got {spec.devices}"))
@@ -43,15 +53,22 @@ def diagnose(spec: Spec) -> list[Diagnostic]:
     if spec.microbatches < 1:
         out.append(Diagnostic("bad-microbatches", f"micro-batch count must be at least 1, got {spec.microbatches}"))
     if not spec.blocks:
-        out.append(Diagnostic("no-blocks", "the placement declares no blocks"))
+        out.append(Diagnostic("no-blocks", "the placement declares no blocks", where.get("placement")))
     out += _link(spec)
     out += _blocks(spec)
+    out += limit_problems(spec, where)
+    out += mode_problems(spec)
     names = {b.name for b in spec.blocks}
-    for e in spec.edges:
-        for end in (e.src, e.dst):
-            if end not in names:
-                out.append(Diagnostic("unknown-name", f"dependency {e.src} -> {e.dst} names "
-                                      f"{end}, which is not a block{_suggest(end, names)}", e.span))
+    unknown = [(e, end) for e in spec.edges for end in (e.src, e.dst) if end not in names]
+    # Suggestions cost a comparison with every block: offered while that stays cheap.
+    known = sorted(names) if unknown and len(names) <= 10_000 else []
+    for e, end in unknown[:MAX_REPEATED]:
+        out.append(Diagnostic("unknown-name", f"dependency {e.src} -> {e.dst} names "
+                              f"{end}, which is not a block{_suggest(end, known)}", e.span))
+    if len(unknown) > MAX_REPEATED:
+        # A chain over a typo'd range names thousands of missing blocks: say so once.
+        more = unknown[MAX_REPEATED:]
+        out.append(_More.of("unknown-name", more[0][0].span, len(more)))
     structural = bool(out)
     cycle = _find_cycle(spec) if not any(d.code == "unknown-name" for d in out) else None
     if cycle:
@@ -61,8 +78,37 @@ def diagnose(spec: Spec) -> list[Diagnostic]:
     out += _expectations(spec)
     if not structural and not cycle:
         out += _backward_order(spec)
-        out += _memory(spec)
-    return out
+        out += memory_problems(spec)
+    return cap_repeated(out)
+
+
+@dataclass(frozen=True)
+class _More(Diagnostic):
+    """One line standing for `count` more diagnostics of its code (`cap_repeated`)."""
+
+    count: int = 0
+
+    @staticmethod
+    def of(code: str, location, count: int) -> "_More":
+        return _More(code, f"and {count} more like the ones above", location, count)
+
+
+def cap_repeated(found: list[Diagnostic]) -> list[Diagnostic]:
+    """At most MAX_REPEATED diagnostics of each code (the first ones, in the order given), then
+    one line saying how many more of that code there are: a loop or a chain over thousands of
+    names repeats one mistake thousands of times."""
+    shown: dict[str, int] = {}
+    more: dict[str, _More] = {}
+    out: list[Diagnostic] = []
+    for d in found:
+        if isinstance(d, _More) or shown.get(d.code, 0) >= MAX_REPEATED:
+            n = d.count if isinstance(d, _More) else 1
+            first = more.get(d.code)
+            more[d.code] = _More.of(d.code, first.location if first else d.location, (first.count if first else 0) + n)
+        else:
+            shown[d.code] = shown.get(d.code, 0) + 1
+            out.append(d)
+    return out + list(more.values())
 
 
 def _backward_order(spec: Spec) -> list[Diagnostic]:
@@ -164,62 +210,6 @@ def _device_memory(spec: Spec) -> list[Diagnostic]:
     return out
 
 
-def _memory(spec: Spec) -> list[Diagnostic]:
-    out = _memory_balance(spec)
-    need = microbatch_memory(spec)
-    for d, n in enumerate(need):
-        cap = spec.capacity(d)
-        if n > cap:
-            has = (f"but each device has {memory_in(spec.units, cap)}" if spec.uniform_memory
-                   else f"but device {d} has {memory_in(spec.units, cap)}") + _reserve_note(spec, d)
-            out.append(Diagnostic("memory-infeasible", f"one micro-batch needs {memory_in(spec.units, n)} memory on device {d}, "
-                                  f"{has} (over by {memory_in(spec.units, n - cap)}); no "
-                                  "schedule can fit it", _first_span_on(spec, d)))
-    return out
-
-
-def _reserve_note(spec: Spec, d: int) -> str:
-    r = spec.reserved_on(d)
-    return f" ({memory_in(spec.units, spec.total_capacity(d))} less {memory_in(spec.units, r)} reserved)" if r else ""
-
-
-def _memory_balance(spec: Spec) -> list[Diagnostic]:
-    """One micro-batch's memory on a device never goes below zero (taken in dependency order), and
-    in training what its forwards allocate is freed by its backwards by the end: otherwise every
-    micro-batch would leave memory behind. Memory meant to stay belongs to an `other` block."""
-    out: list[Diagnostic] = []
-    running = [0] * spec.devices
-    reported: set[int] = set()
-    for name in spec.topo_order:
-        b = spec.block(name)
-        for d in b.devices:
-            running[d] += b.memory
-            if running[d] < 0 and d not in reported:
-                reported.add(d)
-                out.append(Diagnostic("negative-memory", f"{b.name} frees more memory on device {d} than "
-                                      f"one micro-batch holds there before it (the running total reaches "
-                                      f"{memory_in(spec.units, running[d])} in dependency order)", b.span))
-    if spec.mode.value == "train" and any(b.kind.is_backward for b in spec.blocks):
-        kept = [0] * spec.devices
-        for b in spec.blocks:
-            if b.kind is not Kind.OTHER:
-                for d in b.devices:
-                    kept[d] += b.memory
-        for d, k in enumerate(kept):
-            if k > 0:
-                fwd = [b.name for b in spec.blocks if b.kind is Kind.FORWARD and d in b.devices and b.memory > 0]
-                out.append(Diagnostic("memory-not-freed", f"on device {d} the forwards ({', '.join(fwd[:4])}"
-                                      f"{', ...' if len(fwd) > 4 else ''}) allocate {memory_in(spec.units, k)} more than the backwards "
-                                      "free, so each micro-batch leaves it behind; free it in a backward, or "
-                                      "declare memory that stays on an `other` block",
-                                      _first_span_on(spec, d)))
-    return out
-
-
-def _first_span_on(spec: Spec, device: int):
-    return next((b.span for b in spec.blocks if device in b.devices and b.span), None)
-
-
 def _expectations(spec: Spec) -> list[Diagnostic]:
     out = []
     for x in spec.expectations:
@@ -234,8 +224,8 @@ def _expectations(spec: Spec) -> list[Diagnostic]:
     return out
 
 
-def _suggest(name: str, names: set[str]) -> str:
+def _suggest(name: str, names: list[str]) -> str:
     import difflib
 
-    close = difflib.get_close_matches(name, sorted(names), n=1)
+    close = difflib.get_close_matches(name, names, n=1)
     return f" (did you mean {close[0]}?)" if close else ""

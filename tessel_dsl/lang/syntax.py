@@ -8,6 +8,7 @@ the IR. Every node carries the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Union
 
 from tessel_dsl.errors import Location
@@ -17,7 +18,7 @@ from tessel_dsl.errors import Location
 
 @dataclass(frozen=True)
 class Num:
-    value: int | float
+    value: int | Fraction  # a literal with a decimal point is exact
     loc: Location
 
 

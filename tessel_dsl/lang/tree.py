@@ -1,6 +1,7 @@
 """lark's parse tree -> the `lang_ast` dataclasses (no lark object survives this step)."""
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Callable
 
 from lark import Token, Transformer, Tree, v_args
@@ -60,7 +61,8 @@ class ToAst(Transformer):
             # Checked on the text: int() of thousands of digits is slow or refused outright.
             raise SyntaxError_(f"number {whole[:12]}... has {len(whole)} digits; numbers are at most "
                                f"{MAX_NUMBER:.0e}", self._tloc(c[0]))
-        return Num(float(s) if "." in s else int(s), self._tloc(c[0]))
+        # Exact: the value the digits say, not the nearest float (`lang.values` says why).
+        return Num(Fraction(s) if "." in s else int(s), self._tloc(c[0]))
 
     def var(self, meta, c):
         # A templated name here (``t{i}``) is not a variable; the evaluator reports it as unknown.
