@@ -31,7 +31,6 @@ import torch.distributed as dist
 
 from tessel_dsl.executor.model_api import TensorMeta
 
-
 RECV_POST = ("due", "ahead")
 
 
