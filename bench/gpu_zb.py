@@ -198,10 +198,11 @@ def split_check(res: dict) -> str:
 
 # -- there: the tables ------------------------------------------------------------------------------
 
-def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = True, tag: str = "") -> None:
+def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = True, tag: str = "",
+        torch_kinds: tuple[str, ...] | None = None, keys: set[str] | None = None) -> None:
     searched = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
     found = searched.get("plans", {})
-    missing = [k for k, v in KEYS.items() if v[0] in only and not plan_file(k).exists()]
+    missing = [k for k, v in KEYS.items() if v[0] in only and (keys is None or k in keys) and not plan_file(k).exists()]
     if missing:
         raise SystemExit(f"no plan for {', '.join(missing)}: run the profile and plans steps first")
     os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
@@ -228,6 +229,7 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
             continue
         m, model = margs(group), ("chain" if group == "chain" else "gpt")
         kinds = (("1f1b",) if group == "gpt512k" else tuple(gpu8.TORCH)) if torch_rows else ()
+        kinds = tuple(k for k in kinds if torch_kinds is None or k in torch_kinds)
         def torch_fn(k, m=m, model=model):
             return lambda: gpu8.torch_row(model, k, D, m, **kw)
 
@@ -236,7 +238,7 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
 
         rows = [(f"{group}_torch_{k}", f"{gpu8.TORCH[k][0]} (torch)", torch_fn(k)) for k in kinds]
         rows += [(key, f"{ROW_NAMES[how]}, {found.get(key, {}).get('source', '?')}", tessel_fn(key))
-                 for key, (g, _, how, _) in KEYS.items() if g == group]
+                 for key, (g, _, how, _) in KEYS.items() if g == group and (keys is None or key in keys)]
         table, base, runs = [], None, []
         for key, name, fn in rows:
             s = one(key, fn)
@@ -255,8 +257,13 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
             lines += [f"check: {group}: first-iteration losses agree within {tol:g} relative", ""]
     from gpu_common import write_results
 
-    res["p2p_max_ctas"] = os.environ.get("TESSEL_P2P_MAX_CTAS", "default")
-    lines.insert(1, f"TESSEL_P2P_MAX_CTAS={res['p2p_max_ctas']} (thread blocks of each point-to-point link)")
+    from tessel_dsl.executor.comm import recv_post_mode
+    from tessel_dsl.executor.groups import P2P_MAX_CTAS
+
+    res["p2p_max_ctas"] = os.environ.get("TESSEL_P2P_MAX_CTAS", P2P_MAX_CTAS)
+    res["recv_post"] = recv_post_mode()
+    lines.insert(1, f"TESSEL_P2P_MAX_CTAS={res['p2p_max_ctas']} (thread blocks of each point-to-point link; 0: NCCL's "
+                    f"choice), TESSEL_RECV_POST={res['recv_post']} (when receives are posted)")
     write_results(out, f"gpu_zb{tag}", res, "\n".join(lines))
     if any("CHECK FAILED" in x for x in lines) or any("error" in v for v in res.values() if isinstance(v, dict)):
         sys.exit(1)
@@ -273,6 +280,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured iterations first")
     ap.add_argument("--no-torch", action="store_true", help="run: only the Tessel rows")
     ap.add_argument("--tag", default="", help="run: suffix of the result files")
+    ap.add_argument("--torch", default="", help="run: comma-separated subset of PyTorch's schedules "
+                    f"({','.join(gpu8.TORCH)}; default all)")
+    ap.add_argument("--keys", default="", help="run: comma-separated subset of the Tessel rows "
+                    f"({','.join(KEYS)}; default all of the groups)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     if only - set(GROUPS):
@@ -286,7 +297,8 @@ def main() -> None:
         costs = args.costs or Path(args.out) / "gpu_zb_profile.json"
         plans(costs)
     if args.step in ("run", "all"):
-        run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag)
+        run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag,
+            tuple(args.torch.split(",")) if args.torch else None, set(args.keys.split(",")) if args.keys else None)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,21 @@
 """Point-to-point messages between ranks: the message manager of the paper's §5.
 
 A message is the output of one (block, micro-batch) -- a tuple of tensors -- going to one peer.
-Sends and receives are posted with `isend`/`irecv` on a dedicated communication stream (on CUDA;
-gloo on the CPU runs the same code) and the manager keeps every outstanding handle. A receive is
-waited for right before the block that needs it (the plan's ``WAIT``), and all sends are waited
-for at the end of the step, so compute never stalls on a transfer it does not depend on.
+Sends are posted with `isend` on a dedicated communication stream (on CUDA; gloo on the CPU runs
+the same code) and the manager keeps every outstanding handle. A receive is waited for right
+before the block that needs it (the plan's ``WAIT``), and all sends are waited for at the end of
+the step, so compute never stalls on a transfer it does not depend on.
+
+When a receive is posted is ``TESSEL_RECV_POST``'s choice:
+
+* ``due`` (the default): the plan's ``RECV`` only notes the receive; it is posted at its ``WAIT``
+  (with every earlier noted receive of the same link, so each link still posts in the senders'
+  order), from the compute stream. Its kernel then starts when the compute queued before it has
+  finished, and never holds SMs while that compute runs -- the way PyTorch's schedules post a
+  step's receives just before its compute. The wait is the transfer itself, which is short when
+  the links have NCCL's thread blocks (``TESSEL_P2P_MAX_CTAS``).
+* ``ahead``: posted at the ``RECV``, on the communication stream, at once: its kernel spins on
+  its SMs from then on, alongside the compute it is meant to overlap with.
 
 Tags make gloo match messages by identity rather than arrival order; NCCL ignores them and relies
 on both sides posting in the same order, which the lowering guarantees.
@@ -12,12 +23,23 @@ on both sides posting in the same order, which the lowering guarantees.
 from __future__ import annotations
 
 import datetime
+import os
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from tessel_dsl.executor.model_api import TensorMeta
+
+RECV_POST = ("due", "ahead")
+
+
+def recv_post_mode() -> str:
+    """``TESSEL_RECV_POST``: when receives are posted (module docstring); ``due`` by default."""
+    mode = os.environ.get("TESSEL_RECV_POST", "") or RECV_POST[0]
+    if mode not in RECV_POST:
+        raise ValueError(f"TESSEL_RECV_POST must be one of {', '.join(RECV_POST)}, not {mode!r}")
+    return mode
 
 
 class CommTimeout(RuntimeError):
@@ -29,6 +51,7 @@ class _Pending:
     works: list
     tensors: tuple[torch.Tensor, ...]
     peer: int
+    on_compute: bool = False  # posted from the compute stream: its buffers already belong there
 
 
 @dataclass
@@ -44,9 +67,14 @@ class MessageManager:
     ranks: tuple[int, ...] | None = None
     recvs: dict[tuple[str, int], _Pending] = field(default_factory=dict)
     sends: list[_Pending] = field(default_factory=list)
+    post: str = field(default_factory=recv_post_mode)
+    # Receives noted but not posted yet ("due" mode), per sending peer, in the plan's order.
+    noted: dict[int, list[tuple[str, int, tuple[TensorMeta, ...]]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        if self.post not in RECV_POST:
+            raise ValueError(f"receive posting must be one of {', '.join(RECV_POST)}, not {self.post!r}")
 
     def _global(self, device: int) -> int:
         return self.ranks[device] if self.ranks is not None else device
@@ -71,20 +99,39 @@ class MessageManager:
                 self.sends.append(_Pending(works, tensors, p))
 
     def post_recv(self, block: str, mb: int, metas: tuple[TensorMeta, ...], peer: int) -> None:
-        """Allocate buffers from `metas` and start receiving into them; returns at once."""
-        with _on(self.stream):
+        """Receive (block, mb) from `peer` into buffers shaped by `metas`: start it now ("ahead"),
+        or note it and start it at its wait ("due"); returns at once."""
+        if self.post == "due":
+            self.noted.setdefault(peer, []).append((block, mb, metas))
+        else:
+            self._start_recv(block, mb, metas, peer, self.stream)
+
+    def _start_recv(self, block: str, mb: int, metas: tuple[TensorMeta, ...], peer: int, stream) -> None:
+        with _on(stream):
             bufs = tuple(torch.empty(m.shape, dtype=m.dtype, device=self.device) for m in metas)
             group = self.links.get((peer, self.rank))
             works = [dist.irecv(b, self._global(peer), group=group, tag=self._tag(block, mb, i)) for i, b in enumerate(bufs)]
-        self.recvs[(block, mb)] = _Pending(works, bufs, peer)
+        self.recvs[(block, mb)] = _Pending(works, bufs, peer, on_compute=stream is None)
+
+    def _start_noted(self, block: str, mb: int) -> None:
+        """Start the noted receive of (block, mb) and every one noted before it on its link."""
+        for peer, queue in self.noted.items():
+            at = next((i for i, (b, m, _) in enumerate(queue) if (b, m) == (block, mb)), None)
+            if at is not None:
+                for b, m, metas in queue[:at + 1]:
+                    self._start_recv(b, m, metas, peer, None)
+                del queue[:at + 1]
+                return
 
     def wait_recv(self, block: str, mb: int) -> tuple[torch.Tensor, ...]:
         """Make the compute side wait until (block, mb) has arrived and return its tensors."""
+        if (block, mb) not in self.recvs:
+            self._start_noted(block, mb)
         pending = self.recvs.pop((block, mb), None)
         if pending is None:
             raise KeyError(f"{block}:{mb} was never posted for receiving")
         self._wait(pending)
-        if self.stream is not None:
+        if self.stream is not None and not pending.on_compute:
             cur = torch.cuda.current_stream(self.device)
             for t in pending.tensors:
                 t.record_stream(cur)
@@ -97,6 +144,10 @@ class MessageManager:
 
     def drain(self) -> None:
         """End of step: sends done, and no receive left behind."""
+        for peer, queue in self.noted.items():
+            for b, m, metas in queue:
+                self._start_recv(b, m, metas, peer, None)
+            queue.clear()
         self.wait_sends()
         for key in list(self.recvs):
             self._wait(self.recvs.pop(key))

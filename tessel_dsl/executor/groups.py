@@ -73,15 +73,17 @@ def make_links(programs: tuple[Program, ...], backend: str | None = None,
     return {(s, d): dist.new_group([g[s], g[d]], backend=backend, pg_options=opts) for s, d in directions(programs)}
 
 
-P2P_MAX_CTAS = "1"  # measured in bench/RESULTS.md ("NCCL thread blocks of the links")
+# NCCL's own choice: measured in bench/RESULTS.md ("Receives posted when due"). One block was the
+# default while receives were posted ahead of time ("NCCL thread blocks of the links").
+P2P_MAX_CTAS = "0"
 
 
 def _link_options(backend: str | None):
     """NCCL options for the point-to-point links: at most ``TESSEL_P2P_MAX_CTAS`` thread blocks
-    (default 1; 0 leaves it to NCCL) per transfer. A transfer posted ahead of time occupies its
-    blocks' SMs until the peer is ready, alongside the compute it is meant to overlap with; one
-    block still moves a pipeline's activations in a fraction of a block's time, and leaves the
-    SMs to the compute."""
+    per transfer (default 0: NCCL's choice). A receive posted ahead of time
+    (``TESSEL_RECV_POST=ahead``, executor/comm.py) occupies its blocks' SMs until the peer is
+    ready, alongside the compute it is meant to overlap with, and a small cap kept that cheap;
+    posted when due it runs only while its consumer waits, and NCCL's blocks make that wait short."""
     ctas = os.environ.get("TESSEL_P2P_MAX_CTAS", P2P_MAX_CTAS)
     if not ctas or ctas == "0" or backend != "nccl" or not hasattr(dist, "ProcessGroupNCCL"):
         return None

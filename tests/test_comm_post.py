@@ -1,0 +1,60 @@
+"""When the message manager posts receives (``TESSEL_RECV_POST``), without a process group:
+`dist.irecv` is replaced by a recorder, so the test sees exactly which receives start when."""
+import pytest
+import torch
+
+from tessel_dsl.executor import comm
+from tessel_dsl.executor.model_api import TensorMeta
+
+
+class _Done:
+    def wait(self, *_):
+        return True
+
+
+@pytest.fixture
+def posted(monkeypatch):
+    calls = []
+
+    def irecv(buf, src, group=None, tag=0):
+        calls.append((src, tag))
+        return _Done()
+
+    monkeypatch.setattr(comm.dist, "irecv", irecv)
+    return calls
+
+
+def _manager(post):
+    return comm.MessageManager(torch.device("cpu"), 5.0, {"A": 0, "B": 1}, rank=1, post=post)
+
+
+META = (TensorMeta((2, 2), torch.float32),)
+
+
+def test_due_receives_start_at_their_wait_with_the_earlier_ones_of_their_link(posted):
+    m = _manager("due")
+    m.post_recv("A", 0, META, 0)
+    m.post_recv("A", 1, META, 0)
+    m.post_recv("B", 0, META, 2)
+    assert posted == []  # noted only
+    out = m.wait_recv("A", 1)  # A:0 came first on link 0 -> 1, so it starts first
+    assert out[0].shape == (2, 2)
+    assert posted == [(0, m._tag("A", 0, 0)), (0, m._tag("A", 1, 0))]
+    m.wait_recv("A", 0)  # already started: nothing new
+    assert len(posted) == 2
+    m.drain()  # B:0 was never waited for: started and finished at the end of the step
+    assert posted[-1] == (2, m._tag("B", 0, 0)) and not m.recvs
+
+
+def test_ahead_receives_start_at_once(posted):
+    m = _manager("ahead")
+    m.post_recv("A", 0, META, 0)
+    assert posted == [(0, m._tag("A", 0, 0))]
+
+
+def test_an_unknown_mode_is_refused(monkeypatch):
+    monkeypatch.setenv("TESSEL_RECV_POST", "soon")
+    with pytest.raises(ValueError, match="TESSEL_RECV_POST"):
+        comm.recv_post_mode()
+    with pytest.raises(ValueError, match="receive posting"):
+        _manager("later")
