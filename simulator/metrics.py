@@ -4,8 +4,6 @@ Plain functions over the engine's records, so each metric is easy to test on its
 """
 from __future__ import annotations
 
-from statistics import median
-
 from tessel_dsl.schedule import Schedule
 
 from tessel_dsl.simulator.engine import Engine
@@ -27,10 +25,11 @@ def bubbles(busy: list[float], span: float) -> tuple[float, tuple[float, ...]]:
 
 
 def steady_period(starts: dict[tuple[str, int], float], microbatches: int) -> float | None:
-    """Median gap between consecutive micro-batches' starts of the same block, middle half only.
+    """Mean gap between consecutive micro-batches' starts of the same block, middle half only:
+    the time each micro-batch adds in the steady state; warmup and cooldown are cut off.
 
-    In a repetend schedule micro-batch k+1 repeats micro-batch k exactly one period later, so in
-    the steady state every such gap equals the period; warmup and cooldown are cut off.
+    Not the median: a schedule that runs micro-batches in bursts (a memory-capped 1F1B with gaps
+    of 329 five times, then 2969) would report its short gap, far below its time per micro-batch.
     """
     if microbatches < 3:
         return None
@@ -42,7 +41,7 @@ def steady_period(starts: dict[tuple[str, int], float], microbatches: int) -> fl
             s0, s1 = starts.get((b, mb)), starts.get((b, mb + 1))
             if s0 is not None and s1 is not None:
                 gaps.append(s1 - s0)
-    return float(median(gaps)) if gaps else None
+    return sum(gaps) / len(gaps) if gaps else None
 
 
 def comm_split(engine: Engine) -> tuple[float, float, float]:
