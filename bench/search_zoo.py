@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ZOO = ROOT / "bench" / "specs" / "zoo"
 HALVES = ("tune", "heldout")
-WALL_FACTOR = 5  # the wall-clock backstop, in CPU limits: a shared machine slows the wall clock
+WALL_FACTOR = 5  # the wall-clock backstop, in CPU limits (--wall-factor): a shared machine slows the wall clock
 SECTION = "## Search: the zoo of specs nobody tuned on (`bench/search_zoo.py`)"
 
 
@@ -56,14 +56,14 @@ def specs(half: str, devices: list[int] | None) -> list[Path]:
     return out
 
 
-def run_search(path: Path, timeout: int) -> dict:
+def run_search(path: Path, timeout: int, wall_factor: int = WALL_FACTOR) -> dict:
     """One default `tessel search`: CPU seconds, exit status and the JSON summary's fields."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "tessel_dsl.cli", "search", str(path), "--json", "-o", str(Path(tmp) / "plan.json")]
         out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
         with out_path.open("w") as out_f, err_path.open("w") as err_f:
-            limits = ["timeout", str(WALL_FACTOR * timeout), "prlimit", f"--cpu={timeout}:{timeout + 5}"]
+            limits = ["timeout", str(wall_factor * timeout), "prlimit", f"--cpu={timeout}:{timeout + 5}"]
             proc = subprocess.Popen(limits + cmd, stdout=out_f, stderr=err_f, cwd=tmp, env=env)
             _, status, usage = os.wait4(proc.pid, 0)  # its own CPU (and its children's), not this script's
         rc = os.waitstatus_to_exitcode(status)
@@ -76,7 +76,7 @@ def run_search(path: Path, timeout: int) -> dict:
                                              "lower_bound", "memory_bound", "makespan", "makespan_bound",
                                              "proven", "time_unit", "note")})
     elif rc == 124:
-        row["error"] = f"wall-clock backstop ({WALL_FACTOR * timeout} s)"
+        row["error"] = f"wall-clock backstop ({wall_factor * timeout} s)"
     elif rc in (-9, 137, -24, 152) or row["cpu"] >= timeout:
         row["error"] = "timeout"
     else:
@@ -88,18 +88,19 @@ def best_baseline(path: Path) -> dict:
     """The shortest baseline within memory M at the spec's N (`tessel compare`'s rows)."""
     from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.search.baselines import BASELINES
-    from tessel_dsl.search.baselines.compare import baseline_row, best_baseline as best_row
+    from tessel_dsl.search.baselines.compare import baseline_row, label
+    from tessel_dsl.search.baselines.compare import best_baseline as best_row
 
     spec = parse_file(path)
     rows = [baseline_row(spec, name, spec.microbatches)[0] for name in BASELINES]
     best = best_row(rows)
     if best is None:
         return {"devices": spec.devices, "baseline": None, "baseline_makespan": None}
-    return {"devices": spec.devices, "baseline": best.schedule, "baseline_makespan": best.makespan}
+    return {"devices": spec.devices, "baseline": label(best), "baseline_makespan": best.makespan}
 
 
-def measure(path: Path, timeout: int) -> dict:
-    row = run_search(path, timeout)
+def measure(path: Path, timeout: int, wall_factor: int = WALL_FACTOR) -> dict:
+    row = run_search(path, timeout, wall_factor)
     row.update(best_baseline(path))
     return row
 
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--devices", nargs="*", type=int, help="only specs with these device counts")
     ap.add_argument("--only", nargs="*", help="spec names (file stems) to run")
     ap.add_argument("--timeout", type=int, default=300, help="CPU seconds per search (default 300)")
+    ap.add_argument("--wall-factor", type=int, default=WALL_FACTOR,
+                    help=f"wall-clock backstop in multiples of --timeout (default {WALL_FACTOR})")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--jsonl", type=Path, help="append every row to this file as it finishes")
     ap.add_argument("--write", type=Path, help="replace this half's table in the zoo section of this file")
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "baseline": None, "baseline_makespan": None})
         paths = [p for p in paths if p.stem in rows]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(measure, p, args.timeout): p for p in paths if p.stem not in rows}
+        futures = {pool.submit(measure, p, args.timeout, args.wall_factor): p for p in paths if p.stem not in rows}
         for fut in concurrent.futures.as_completed(futures):
             row = fut.result()
             rows[row["spec"]] = row

@@ -230,6 +230,19 @@ def test_steady_period_is_the_mean_gap_of_a_bursty_schedule():
     assert steady_period(starts, 24) == 769.0
 
 
+def test_steady_period_leaves_out_a_warmup_gap_before_a_repeating_pattern():
+    from tessel_dsl.simulator.metrics import steady_period
+
+    # N=16: the middle half is gaps 4..11 = 7, then 1, 4 repeating. The pattern (cycle 2) covers
+    # the last 7 of the 8 gaps: three whole cycles, (4 + 1) * 3 / 6 = 2.5 (all 8 would give 3.1).
+    gaps = [9, 9, 9, 9, 7, 1, 4, 1, 4, 1, 4, 1, 9, 9, 9]
+    starts, t = {("A", 0): 0.0}, 0.0
+    for mb, g in enumerate(gaps, start=1):
+        t += g
+        starts[("A", mb)] = t
+    assert steady_period(starts, 16) == 2.5
+
+
 def test_steady_period_skips_missing_starts_and_may_find_nothing():
     from tessel_dsl.simulator.metrics import steady_period
 
