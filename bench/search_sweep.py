@@ -41,7 +41,7 @@ SIZES = (4, 8, 16)
 def variants() -> list[str]:
     """Row names: a spec path relative to the repository, optionally with ``:K=V,...`` overrides."""
     files = sorted(p for p in (ROOT / "specs").rglob("*.tsl") if p.parent.name not in ("invalid", "lib"))
-    files += sorted((ROOT / "bench" / "specs").rglob("*.tsl"))
+    files += sorted(p for p in (ROOT / "bench" / "specs").rglob("*.tsl") if "zoo" not in p.parts)  # search_zoo.py's
     out = []
     for path in files:
         rel = str(path.relative_to(ROOT))

@@ -180,3 +180,25 @@ def test_table_to_a_file_or_log_keeps_every_digit():
     for name in ("gpipe", "1f1b+"):
         period = rows[name]["period"]
         assert f"{period:g} ms (75 ms)" in r.stdout, (name, period)
+
+
+def test_a_baseline_fitted_to_memory_is_labelled(tmp_path):
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.search.baselines.compare import baseline_row, label
+
+    # ZB-V's own order (D=4, two chunks per device) keeps 1F1B's activation memory: D micro-batches
+    # of both chunks, 2 * 4 = 8 units on device 0. Under M=6 it is a stand-in, and says so.
+    text = (ROOT / "specs/zerobubble.tsl").read_text().replace("memory C*D, infer 4", "param M = 8\nmemory M, infer 4")
+    path = tmp_path / "zb.tsl"
+    path.write_text(text)
+    rows = {m: baseline_row(parse_file(path, sets={"C": "2", "M": str(m)}), "zb-v", 16)[0] for m in (8, 6)}
+    assert rows[8].status == rows[6].status == "ok"
+    assert label(rows[8]) == "zb-v" and "memory" not in rows[8].extra
+    assert label(rows[6]) == "zb-v (capped to memory)"
+    assert rows[6].extra["memory"].startswith("capped to memory: its own order needs 8 on device 0, which has 6")
+    assert f"makespan {rows[8].makespan} without the cap" in rows[6].extra["memory"]
+    r = tessel(str(path), "--set", "C=2", "--set", "M=6", "-s", "zb-v", "-s", "1f1b-capped")
+    assert r.returncode == 0, r.stderr
+    assert "zb-v (capped to memory)" in r.stdout and "zb-v capped to memory: its own order needs 8" in r.stdout
+    assert "1f1b-capped (" not in r.stdout  # capped by definition: its name says so
+

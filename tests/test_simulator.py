@@ -198,7 +198,7 @@ def test_bubbles_below_one_time_unit():
 
 
 # Gaps between consecutive starts of block A: micro-batch k+1 starts gaps[k] after k. Only the
-# middle half counts: gaps of micro-batches N//4 .. 3N//4 - 1 (hand-worked expected medians).
+# middle half counts: gaps of micro-batches N//4 .. 3N//4 - 1 (hand-worked expected means).
 @pytest.mark.parametrize("gaps, expected", [
     ([5, 7], 6.0),                            # N=3: gaps 0, 1
     ([9, 2, 4], 3.0),                         # N=4: gaps 1, 2
@@ -214,6 +214,33 @@ def test_steady_period_uses_the_middle_half(gaps, expected):
         t += g
         starts[("A", mb)] = t
     assert steady_period(starts, len(gaps) + 1) == expected
+
+
+def test_steady_period_is_the_mean_gap_of_a_bursty_schedule():
+    from tessel_dsl.simulator.metrics import steady_period
+
+    # Bursts of six micro-batches: gaps 329 five times, then 2969. N=24: the middle half is gaps
+    # 6..17, two whole bursts: (5 * 329 + 2969) / 6 = 4614 / 6 = 769 per micro-batch (the median
+    # gap, 329, is what one burst's micro-batches take, not what the run takes per micro-batch).
+    gaps = ([329] * 5 + [2969]) * 4
+    starts, t = {("A", 0): 0.0}, 0.0
+    for mb, g in enumerate(gaps[:23], start=1):
+        t += g
+        starts[("A", mb)] = t
+    assert steady_period(starts, 24) == 769.0
+
+
+def test_steady_period_leaves_out_a_warmup_gap_before_a_repeating_pattern():
+    from tessel_dsl.simulator.metrics import steady_period
+
+    # N=16: the middle half is gaps 4..11 = 7, then 1, 4 repeating. The pattern (cycle 2) covers
+    # the last 7 of the 8 gaps: three whole cycles, (4 + 1) * 3 / 6 = 2.5 (all 8 would give 3.1).
+    gaps = [9, 9, 9, 9, 7, 1, 4, 1, 4, 1, 4, 1, 9, 9, 9]
+    starts, t = {("A", 0): 0.0}, 0.0
+    for mb, g in enumerate(gaps, start=1):
+        t += g
+        starts[("A", mb)] = t
+    assert steady_period(starts, 16) == 2.5
 
 
 def test_steady_period_skips_missing_starts_and_may_find_nothing():

@@ -10,6 +10,7 @@ import typer
 
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
 from tessel_dsl.search.baselines import RECORDS
+from tessel_dsl.search.baselines.compare import label
 from tessel_dsl.search.optimal import TO_EFFORT
 
 _SCHEDULE_NAMES = ", ".join(("tessel", *(b.name for b in RECORDS)))
@@ -82,7 +83,9 @@ def render_rows(title: str, rows, units=None) -> list:
         if r.over_memory:
             mem = f"[bold red]{mem} >M[/]"
         period = "-" if r.period is None else f"{_time(units, r.period)} ({_time(units, r.lower_bound)})"
-        name = escape(r.schedule)
+        name = escape(label(r))
+        if r.extra and r.extra.get("memory"):
+            why.append(Text.from_markup(f"  [dim]{escape(r.schedule)} {escape(r.extra['memory'])}[/]"))
         if r.schedule in ("to", "tessel") and r.proven is False:
             name += "[yellow]*[/]"
             if r.schedule == "to":
@@ -105,7 +108,7 @@ def render_rows(title: str, rows, units=None) -> list:
     if best is None:
         why.append(Text("  no baseline applies to this placement within memory M"))
     elif tessel is not None:
-        why.append(Text(f"  tessel vs the best applicable baseline ({best.schedule}, makespan "
+        why.append(Text(f"  tessel vs the best applicable baseline ({label(best)}, makespan "
                         f"{_time(units, best.makespan)}): {_time(units, tessel.makespan)} ({ratio:+.1%})"))
     return [table, *why]
 
@@ -130,7 +133,7 @@ def render_placements(results) -> object:
         table.add_row(Path(path).name, str(spec.devices), _limit(spec), n,
                       "-" if tessel is None else _time(spec.units, tessel.makespan),
                       "-" if tessel is None else _pct(tessel.bubble),
-                      "-" if best is None else best.schedule,
+                      "-" if best is None else label(best),
                       "-" if best is None else _time(spec.units, best.makespan),
                       "-" if ratio is None else f"{ratio:+.1%}")
     return table

@@ -149,7 +149,9 @@ def search(
 ) -> None:
     """Search a Tessel schedule (repetend + warmup/cooldown) and write the plan."""
     from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.errors import PlanError
     from tessel_dsl.plan import make_plan, save_plan
+    from tessel_dsl.plan_check import validate_plan
     from tessel_dsl.cli.progress import LiveProgress
     from tessel_dsl.search.driver import METHODS, search as run_search
     from tessel_dsl.search.solvers import SOLVERS
@@ -166,6 +168,11 @@ def search(
         result = run_search(parsed, microbatches=microbatches, solver=solver, method=method,
                             time_limit=time_limit, progress=progress)
     plan = make_plan(parsed, result.schedule, result.info)
+    try:
+        # The checks `load_plan` runs, so that no verb refuses a plan this one wrote.
+        validate_plan(plan, origin="the searched plan")
+    except PlanError as e:
+        raise PlanError(f"{e}; {out} was not written (a search bug: please report it with the spec)") from None
     save_plan(plan, out)
     s = summary(parsed, plan)
     if as_json:

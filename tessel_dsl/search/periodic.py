@@ -44,7 +44,9 @@ def periodic_warmup(spec: Spec, rep: Repetend) -> Phase | None:
     starts = [at[k] + anchor if i < len(free) else anchor + problem.tasks[i].fixed for i, k in enumerate(keys)]
     if not satisfies(problem, starts, anchor):
         return None
-    return Phase(tuple(sorted(Slot(at[k], k[0], k[1]) for k in free)), True)
+    # Shifted like the check above: the times only order the blocks, but a plan stores them and
+    # refuses a negative start.
+    return Phase(tuple(sorted(Slot(at[k] + anchor, k[0], k[1]) for k in free)), True)
 
 
 def periodic_cooldown(spec: Spec, rep: Repetend) -> Phase | None:

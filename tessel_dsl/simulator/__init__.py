@@ -84,7 +84,7 @@ def _simulate(spec: Spec, programs: tuple[Program, ...], schedule: Schedule | No
         busy=tuple(busy),
         bubble=total,
         bubble_per_device=per,
-        period=steady_period(engine.starts, n),
+        period=steady_period(engine.starts, n, _repetend_windows(schedule, n)),
         planned_period=rep.period if rep is not None else None,
         lower_bound=lower_bound(spec),
         peak_memory=tuple(engine.memory.peak),
@@ -118,6 +118,16 @@ def _simulate(spec: Spec, programs: tuple[Program, ...], schedule: Schedule | No
         detail = str(report.deadlock) if report.deadlock else "\n".join(str(o) for o in report.overflows)
         raise SimulationError(detail)
     return report
+
+
+def _repetend_windows(schedule: Schedule | None, n: int) -> dict[str, tuple[int, int]] | None:
+    """Each block's micro-batches run by the repetend's instances (the steady part of a plan
+    extended from a repetend): instance k runs block b on micro-batch r_b + k, k = 0 .. N - N_R.
+    Instance 0 is left out: compaction starts some of its blocks early, inside the warmup."""
+    rep = schedule.repetend if schedule is not None else None
+    if rep is None or n <= rep.nr + 1:
+        return None
+    return {s.block: (s.mb + 1, s.mb + n - rep.nr) for s in rep.slots}
 
 
 def _unpack(source, schedule: Schedule | None) -> tuple[Spec, tuple[Program, ...], Schedule | None]:

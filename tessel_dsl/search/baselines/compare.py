@@ -85,8 +85,51 @@ def _failed(spec: Spec, name: str, status: str, reason: str, n: int) -> Row:
                lower_bound=lower_bound(spec), memory_limit=spec.memory, memory_limits=spec.capacities)
 
 
+def _unlimited(spec: Spec, n: int) -> Spec:
+    """`spec` with room on every device for every activation of `n` micro-batches."""
+    room = sum(max(b.memory, 0) for b in spec.blocks) * n + max(spec.capacities, default=0) + 1
+    return replace(spec, memory=room, device_memory=(), reserved=())
+
+
+def _key(schedule: Schedule) -> list[tuple[str, int, int]]:
+    return sorted((s.block, s.mb, s.start) for s in schedule.slots)
+
+
+def memory_adaptation(spec: Spec, name: str, n: int, schedule: Schedule) -> str:
+    """Why `schedule` (baseline `name` built under the spec's memory) is not that baseline's own
+    design, or "" if it is: the design is what the same baseline builds when memory is no limit.
+    A baseline made to fit a smaller M ("capped") is a stand-in, and reports say so."""
+    if "capped" in name:
+        return ""  # memory-capped by definition: its name says it
+    try:
+        free = build(_unlimited(spec, n), name, n)
+    except TesselError:
+        return ""
+    if _key(free) == _key(schedule):
+        return ""
+    peak = free.peak_memory(spec)
+    over = [d for d in range(spec.devices) if peak[d] > spec.capacity(d)]
+    if not over:
+        return "adapted to memory M: its order differs from the one it uses with memory no limit"
+    from tessel_dsl.units import memory_in, time_in
+
+    d = max(over, key=lambda d: peak[d] - spec.capacity(d))
+    return (f"capped to memory: its own order needs {memory_in(spec.units, peak[d])} on device {d}, which has "
+            f"{memory_in(spec.units, spec.capacity(d))}; makespan {time_in(spec.units, free.makespan(spec))} "
+            "without the cap")
+
+
+def label(row: Row) -> str:
+    """A row's schedule name as reports show it: a baseline fitted to memory says so."""
+    why = row.extra.get("memory") if row.extra else ""
+    if not why:
+        return row.schedule
+    return f"{row.schedule} ({'capped' if why.startswith('capped') else 'adapted'} to memory)"
+
+
 def baseline_row(spec: Spec, name: str, n: int, steady_n: int = STEADY_N) -> tuple[Row, Schedule | None]:
-    """The baseline's row (n/a when it does not fit the placement) and its schedule at N."""
+    """The baseline's row (n/a when it does not fit the placement) and its schedule at N; when
+    memory M changed it from the baseline's own design, `extra["memory"]` says how."""
     try:
         schedule = build(spec, name, n)
         period = measured_period(spec, build(spec, name, steady_n // 2), build(spec, name, steady_n))
@@ -94,7 +137,8 @@ def baseline_row(spec: Spec, name: str, n: int, steady_n: int = STEADY_N) -> tup
         return _failed(spec, name, "n/a", str(e), n), None
     except TesselError as e:
         return _failed(spec, name, "error", str(e).splitlines()[0], n), None
-    return _row(spec, schedule, period), schedule
+    why = memory_adaptation(spec, name, n, schedule)
+    return _row(spec, schedule, period, extra={"memory": why} if why else {}), schedule
 
 
 def tessel_row(spec: Spec, n: int, *, solver: str = "auto", time_limit: float | None = None,
