@@ -46,7 +46,7 @@ TARGETS = (
            what="bubble, steady period, comm split, drift"),
     Target("validate", "tessel_dsl/validate.py", ("tests/test_validate.py",),
            what="the independent schedule validator"),
-    Target("serialize", "tessel_dsl/serialize.py", ("tests/test_ir_json.py",),
+    Target("serialize", "tessel_dsl/serialize.py", ("tests/test_ir_json.py", "tests/test_plan_capacities.py"),
            what="IR <-> JSON codec behind plan loading"),
     Target("plan", "tessel_dsl/plan.py", ("tests/test_ir_json.py", "tests/test_plan_check.py"),
            what="plan files: schema, version, load/save"),
