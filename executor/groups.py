@@ -38,17 +38,6 @@ def make_groups(spec: Spec, backend: str | None = None,
     return out
 
 
-def talking_pairs(programs: tuple[Program, ...]) -> list[tuple[int, int]]:
-    """Every unordered pair of ranks that exchanges a message in the programs."""
-    pairs: set[tuple[int, int]] = set()
-    for prog in programs:
-        for a in prog.actions:
-            if a.op is Op.SEND:
-                for p in a.peers:
-                    pairs.add((min(prog.device, p), max(prog.device, p)))
-    return sorted(pairs)
-
-
 def directions(programs: tuple[Program, ...]) -> list[tuple[int, int]]:
     """Every ordered (sender, receiver) pair the programs use."""
     out: set[tuple[int, int]] = set()
