@@ -1,6 +1,6 @@
 """`tessel search` on every shipped spec, at several device counts and N: no run may hang.
 
-For every spec under specs/ (not specs/invalid/ or specs/lib/), bench/specs/ and
+For every spec under specs/ (not specs/invalid/ or specs/lib/), examples/, bench/specs/ and
 bench/specs/real/, the whole command ``tessel search SPEC [--set D=d] -n N --json`` runs under
 ``timeout`` (default 300 s), one at a time, with D = 8 and 16 where the spec has a ``D``
 parameter (zero-bubble also with C=2, ZB-V's placement) and N = 4, 8, 16 and N_R - 1 (N_R from
@@ -41,6 +41,7 @@ SIZES = (4, 8, 16)
 def variants() -> list[str]:
     """Row names: a spec path relative to the repository, optionally with ``:K=V,...`` overrides."""
     files = sorted(p for p in (ROOT / "specs").rglob("*.tsl") if p.parent.name not in ("invalid", "lib"))
+    files += sorted((ROOT / "examples").glob("*.tsl"))
     files += sorted((ROOT / "bench" / "specs").rglob("*.tsl"))
     out = []
     for path in files:
