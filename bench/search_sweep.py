@@ -17,7 +17,7 @@ did not finish.
 With ``--jobs K`` K specs run side by side (each spec's N one after the other, since N_R - 1
 comes from its first run); each command's CPU seconds are its own (`os.wait4`), so they do not
 depend on K as long as K stays below the number of cores. At the end the runs are printed again
-as one line per spec (N = 4, 8, 16, N_R - 1), the layout of bench/RESULTS.md.
+as one line per spec (N = 4, 8, 16, N_R - 1), the layout of bench/results/search.md.
 
 Every row is appended to `--jsonl` as it finishes, so a long sweep can be followed (and a partial
 one kept).
@@ -93,7 +93,7 @@ def cell(row: dict) -> list[str]:
 
 
 def pivot(name: str, rows: list[dict], sizes: list[int]) -> str:
-    """One spec's runs as one table line: CPU s, makespan/bound, proven per N (RESULTS.md layout)."""
+    """One spec's runs as one table line: CPU s, makespan/bound, proven per N (bench/results/search.md layout)."""
     def short(r: dict) -> str:
         if r["rc"] != 0:
             return f"{r['cpu']:.1f} s, **{r['error'][:40]}**"

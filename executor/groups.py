@@ -62,7 +62,7 @@ def make_links(programs: tuple[Program, ...], backend: str | None = None,
     return {(s, d): dist.new_group([g[s], g[d]], backend=backend, pg_options=opts) for s, d in directions(programs)}
 
 
-P2P_MAX_CTAS = "1"  # measured in bench/RESULTS.md ("NCCL thread blocks of the links")
+P2P_MAX_CTAS = "1"  # measured in bench/results/gpu.md ("NCCL thread blocks of the links")
 
 
 def _link_options(backend: str | None):
