@@ -44,7 +44,7 @@ class Target:
 TARGETS = (
     Target("metrics", "simulator/metrics.py", ("tests/test_simulator.py", "tests/test_simulator_links.py"),
            what="bubble, steady period, comm split, drift"),
-    Target("validate", "tessel_dsl/validate.py", ("tests/test_validate.py",),
+    Target("validate", "tessel_dsl/validate.py", ("tests/test_validate.py", "tests/test_validate_capacity.py"),
            what="the independent schedule validator"),
     Target("serialize", "tessel_dsl/serialize.py", ("tests/test_ir_json.py", "tests/test_plan_capacities.py"),
            what="IR <-> JSON codec behind plan loading"),
