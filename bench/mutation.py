@@ -50,7 +50,7 @@ TARGETS = (
            what="IR <-> JSON codec behind plan loading"),
     Target("plan", "tessel_dsl/plan.py", ("tests/test_ir_json.py", "tests/test_plan_check.py"),
            what="plan files: schema, version, load/save"),
-    Target("lower", "tessel_dsl/lower.py", ("tests/test_lower.py",),
+    Target("lower", "tessel_dsl/lower.py", ("tests/test_lower.py", "tests/test_lower_recv_posting.py"),
            what="send/recv pairing, non-blocking waits"),
     Target("repetend-memory", "tessel_dsl/search/repetend.py",
            ("tests/test_repetend.py", "tests/test_search_memory.py"),
