@@ -56,7 +56,7 @@ TARGETS = (
            ("tests/test_repetend.py", "tests/test_search_memory.py"),
            functions=("x_nr_limit*", "x_entry_memory*", "x_memory_ok*", "x_repetend_problem*"),
            what="entry memory, memory bound, the candidate's capacity"),
-    Target("modulo-memory", "tessel_dsl/search/modulo.py", ("tests/test_modulo_memory.py",),
+    Target("modulo-memory", "tessel_dsl/search/modulo.py", ("tests/test_modulo_memory.py", "tests/test_modulo_capacity.py"),
            functions=("x__cpsat_memory_rows*", "x__z3_memory_rows*"),
            what="the cyclic model's memory rows, both backends (small specs solved in a moment)"),
     Target("runtime-grad", "executor/runtime.py", ("tests/test_runtime_grads.py",),
