@@ -1,4 +1,4 @@
-"""The numbers README.md, docs/ and bench/RESULTS.md quote, regenerated, and the docs checked against them.
+"""The numbers README.md, docs/ and bench/results/ quote, regenerated, and the docs checked against them.
 
 Two kinds of quoted numbers are covered:
 
@@ -227,8 +227,8 @@ def mshape_period() -> tuple[str, ...]:
 
 
 BLOCKS = [
-    Block("search-d4", "bench/RESULTS.md", make_search(4, with_to=True), sample_search(4)),
-    Block("search-d8", "bench/RESULTS.md", make_search(8, with_to=False), sample_search(8)),
+    Block("search-d4", "bench/results/search.md", make_search(4, with_to=True), sample_search(4)),
+    Block("search-d8", "bench/results/search.md", make_search(8, with_to=False), sample_search(8)),
     Block("check-mshape", "README.md", lambda args: check_block("specs/mshape.tsl")),
 ]
 

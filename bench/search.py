@@ -8,7 +8,7 @@ budget `--to-effort`, so the same on any machine; a wall-clock `--to-limit` only
 marks a TO that was not proven optimal within them). A second table compares solver backends and
 repetend methods. Output is Markdown; `--write FILE` replaces the "## Search" section of FILE,
 all of it, subsections included, so it refuses a section that holds anything it did not write
-(subsections, or the blocks `bench/doc_numbers.py` maintains, as bench/RESULTS.md's does):
+(subsections, or the blocks `bench/doc_numbers.py` maintains, as bench/results/search.md's does):
 point it at a scratch file.
 
     python bench/search.py                         # everything (long: TO solves dominate)
@@ -150,7 +150,7 @@ def solver_table(paths: list[Path], args) -> str:
 
 
 def write_section(target: Path, body: str) -> None:
-    """Replace (or append) the '## Search' section of RESULTS.md, leaving other sections alone."""
+    """Replace (or append) the '## Search' section of a results page, leaving other sections alone."""
     text = target.read_text() if target.exists() else "# Benchmark results\n"
     lines = text.splitlines()
     start = next((i for i, l in enumerate(lines) if l.strip() == "## Search"), None)

@@ -56,7 +56,7 @@ def _cpu_of(cmd: list[str], cwd: Path, env: dict[str, str] | None = None,
 def byte_compile(python: str, *dirs: Path) -> None:
     """Compile the Python files of `dirs` to bytecode with `python` before timing, as `pip install`
     does for an installed package. From an editable install or a checkout, with
-    PYTHONDONTWRITEBYTECODE set (as on the machine of RESULTS.md), every command would otherwise
+    PYTHONDONTWRITEBYTECODE set (as on the machine of bench/results/search.md), every command would otherwise
     compile every module it imports again: for Tessel DSL's 50 modules about 0.28 s of CPU a
     command. The reference's checkout gets the same."""
     for d in dirs:

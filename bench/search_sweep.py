@@ -1,6 +1,6 @@
 """`tessel search` on every shipped spec, at several device counts and N: no run may hang.
 
-For every spec under specs/ (not specs/invalid/ or specs/lib/), bench/specs/ and
+For every spec under specs/ (not specs/invalid/ or specs/lib/), examples/, bench/specs/ and
 bench/specs/real/, the whole command ``tessel search SPEC [--set D=d] -n N --json`` runs under
 ``timeout`` (default 300 s), one at a time, with D = 8 and 16 where the spec has a ``D``
 parameter (zero-bubble also with C=2, ZB-V's placement) and N = 4, 8, 16 and N_R - 1 (N_R from
@@ -17,7 +17,7 @@ did not finish.
 With ``--jobs K`` K specs run side by side (each spec's N one after the other, since N_R - 1
 comes from its first run); each command's CPU seconds are its own (`os.wait4`), so they do not
 depend on K as long as K stays below the number of cores. At the end the runs are printed again
-as one line per spec (N = 4, 8, 16, N_R - 1), the layout of bench/RESULTS.md.
+as one line per spec (N = 4, 8, 16, N_R - 1), the layout of bench/results/search.md.
 
 Every row is appended to `--jsonl` as it finishes, so a long sweep can be followed (and a partial
 one kept).
@@ -41,6 +41,7 @@ SIZES = (4, 8, 16)
 def variants() -> list[str]:
     """Row names: a spec path relative to the repository, optionally with ``:K=V,...`` overrides."""
     files = sorted(p for p in (ROOT / "specs").rglob("*.tsl") if p.parent.name not in ("invalid", "lib"))
+    files += sorted((ROOT / "examples").glob("*.tsl"))
     files += sorted(p for p in (ROOT / "bench" / "specs").rglob("*.tsl") if "zoo" not in p.parts)  # search_zoo.py's
     out = []
     for path in files:
@@ -92,7 +93,7 @@ def cell(row: dict) -> list[str]:
 
 
 def pivot(name: str, rows: list[dict], sizes: list[int]) -> str:
-    """One spec's runs as one table line: CPU s, makespan/bound, proven per N (RESULTS.md layout)."""
+    """One spec's runs as one table line: CPU s, makespan/bound, proven per N (bench/results/search.md layout)."""
     def short(r: dict) -> str:
         if r["rc"] != 0:
             return f"{r['cpu']:.1f} s, **{r['error'][:40]}**"

@@ -19,7 +19,7 @@ A run that hits the limit is shown as ``timeout`` with the CPU it had used; its 
 
     python bench/search_zoo.py --half tune                      # every spec of one half
     python bench/search_zoo.py --half heldout --devices 8       # only the D=8 specs
-    nice python bench/search_zoo.py --half tune --write bench/RESULTS.md --jsonl zoo.jsonl
+    nice python bench/search_zoo.py --half tune --write bench/results/search.md --jsonl zoo.jsonl
 
 ``--write FILE`` replaces that half's subsection of the "## Search: the zoo" section of FILE
 (the other half's stays), adding the section if it is missing. ``--jobs K`` runs K specs side by

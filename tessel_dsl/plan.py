@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tessel_dsl.errors import PlanError
 from tessel_dsl.fileio import write_text_atomic

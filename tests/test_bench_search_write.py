@@ -34,10 +34,10 @@ def test_write_refuses_a_section_holding_what_it_did_not_write(tmp_path, held):
 
 
 def test_the_project_results_file_is_refused(tmp_path):
-    # bench/RESULTS.md's Search section holds doc_numbers' blocks and subsections: a copy of it is
-    # left exactly as it was.
-    copy = tmp_path / "RESULTS.md"
-    copy.write_text((ROOT / "bench" / "RESULTS.md").read_text())
+    # bench/results/search.md's Search section holds doc_numbers' blocks and subsections: a copy of
+    # it is left exactly as it was.
+    copy = tmp_path / "search.md"
+    copy.write_text((ROOT / "bench" / "results" / "search.md").read_text())
     before = copy.read_text()
     with pytest.raises(SystemExit, match="would delete it"):
         _bench().write_section(copy, "## Search\n\nnew table\n")

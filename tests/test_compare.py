@@ -152,6 +152,18 @@ def test_best_applicable_baseline_skips_overflowing_and_na_rows():
     best = best_baseline(rows)
     assert best.schedule in ("1f1b", "1f1b+") and best.makespan == (8 + 3) * 4
     assert versus_best(rows) == (None, best, None)  # no Tessel row to compare
+    # No shipped baseline overflows M any more, so the rows that must be skipped are written out:
+    # the shortest makespan overflows, the next is n/a, and the shortest period is not the
+    # shortest makespan (a long warmup); the best is the shortest makespan among the rest.
+    from tessel_dsl.search.baselines.compare import Row
+
+    hand = [Row("s", "gpipe", makespan=30, period=4.0, over_memory=True),
+            Row("s", "chimera", status="n/a", makespan=None),
+            Row("s", "1f1b+", makespan=44, period=4.0),
+            Row("s", "1f1b", makespan=40, period=5.0),
+            Row("s", "tessel", makespan=36, period=4.0)]
+    assert best_baseline(hand).schedule == "1f1b"
+    assert versus_best(hand)[2] == pytest.approx(36 / 40 - 1)
 
 
 def test_several_placements_in_one_table():

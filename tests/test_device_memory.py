@@ -287,7 +287,7 @@ def test_spec_json_carries_per_device_memory():
 
 # ---- the shipped example ------------------------------------------------------------------
 
-EXAMPLE = ROOT / "specs" / "examples" / "gpt_memory.tsl"
+EXAMPLE = ROOT / "examples" / "gpt_memory.tsl"
 
 
 @pytest.mark.parametrize("d", [4, 8])

@@ -40,7 +40,7 @@ def test_readme_check_output_and_search_claims_match_the_tool(doc_numbers):
 
 def test_every_search_table_row_is_documented(doc_numbers):
     for block in ("search-d4", "search-d8"):
-        text = doc_numbers.block_text(ROOT / "bench" / "RESULTS.md", block)
+        text = doc_numbers.block_text(ROOT / "bench" / "results" / "search.md", block)
         rows = {(r[0], r[1]) for r in doc_numbers.parse_table(text)}
         assert rows == {(s, m) for s in doc_numbers.SPEC_NAMES for m in ("train", "infer")}, block
     assert {p.stem for p in (ROOT / "specs").glob("*.tsl")} == set(doc_numbers.SPEC_NAMES)
@@ -49,12 +49,12 @@ def test_every_search_table_row_is_documented(doc_numbers):
 def test_a_drifted_number_is_reported(doc_numbers, tmp_path, monkeypatch):
     # The check itself: a table cell and a claim that disagree with the tool are both named.
     monkeypatch.setattr(doc_numbers, "ROOT", tmp_path)
-    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "results").mkdir(parents=True)
     (tmp_path / "docs").mkdir()
     (tmp_path / "specs").symlink_to(ROOT / "specs")
     table = doc_numbers.markdown_table(doc_numbers.SEARCH_HEAD, [
         ["vshape", "infer", "4", "1", "1 = 1", "11 (27.3%)", "19 (15.8%)", "36 (8.6%)", "131 (2.3%)", "", ""]])
-    (tmp_path / "bench" / "RESULTS.md").write_text(f"<!-- numbers:search-d4 -->\n{table}\n<!-- /numbers:search-d4 -->\n")
+    (tmp_path / "bench" / "results" / "search.md").write_text(f"<!-- numbers:search-d4 -->\n{table}\n<!-- /numbers:search-d4 -->\n")
     (tmp_path / "docs" / "search.md").write_text("(interleaved D=4, N=8: 88 -> 1, the optimum)\n")
     problems = _run(doc_numbers, "--only", "search-d4", "search-end-resolve", "--rows", "vshape/infer")
     assert len(problems) == 2, problems

@@ -102,7 +102,7 @@ def test_multi_device_blocks_send_from_lowest_member_and_to_all_non_holders():
     # B0 (device 0) feeds EB on every device: device 0 already holds it, 1..3 receive it.
     assert "SEND B0:0>1,2,3" in text[0]
     for d in (1, 2, 3):
-        assert f"RECV B0:0<0" in text[d]
+        assert "RECV B0:0<0" in text[d]
     # No transfers out of E at all: every consumer's device runs E itself.
     assert all("SEND E:" not in t for t in text.values())
 

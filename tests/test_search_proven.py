@@ -3,13 +3,12 @@ whenever a budget cut a solve, and the makespan next to a stated lower bound."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tessel_dsl.lang.parser import parse_file
-from tessel_dsl.plan import SearchInfo, load_plan, make_plan, plan_from_json, plan_to_json
+from tessel_dsl.plan import make_plan, plan_from_json, plan_to_json
 from tessel_dsl.search import driver
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.driver import search

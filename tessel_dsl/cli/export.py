@@ -1,7 +1,6 @@
 """`tessel export` and `tessel import`: plans to and from PyTorch's pipeline CSV format."""
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -11,20 +10,14 @@ from tessel_dsl.cli.app import app, console, err_console, parse_sets
 from tessel_dsl.units import capacity_in, memory_in, time_in
 
 
-class ExportFormat(str, Enum):
-    TORCH_CSV = "torch-csv"
-
-
 @app.command()
 def export(
     plan: Path = typer.Argument(..., help="Plan file written by `tessel search` (plan.json)."),
-    fmt: ExportFormat = typer.Option(ExportFormat.TORCH_CSV, "--format", "-f",
-                                     help="Output format: torch-csv (torch.distributed.pipelining)."),
     comms: bool = typer.Option(False, "--comms",
                                help="Include the plan's SEND/RECV actions (PyTorch's compute_comms form)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
 ) -> None:
-    """Export a plan for another runtime (PyTorch's `_PipelineScheduleRuntime._load_csv`)."""
+    """Export a plan as the CSV schedule torch.distributed.pipelining loads (`_PipelineScheduleRuntime._load_csv`)."""
     from tessel_dsl.plan import load_plan
     from tessel_dsl.interop.torch_csv import export_torch_csv
 

@@ -38,17 +38,6 @@ def make_groups(spec: Spec, backend: str | None = None,
     return out
 
 
-def talking_pairs(programs: tuple[Program, ...]) -> list[tuple[int, int]]:
-    """Every unordered pair of ranks that exchanges a message in the programs."""
-    pairs: set[tuple[int, int]] = set()
-    for prog in programs:
-        for a in prog.actions:
-            if a.op is Op.SEND:
-                for p in a.peers:
-                    pairs.add((min(prog.device, p), max(prog.device, p)))
-    return sorted(pairs)
-
-
 def directions(programs: tuple[Program, ...]) -> list[tuple[int, int]]:
     """Every ordered (sender, receiver) pair the programs use."""
     out: set[tuple[int, int]] = set()
@@ -73,7 +62,7 @@ def make_links(programs: tuple[Program, ...], backend: str | None = None,
     return {(s, d): dist.new_group([g[s], g[d]], backend=backend, pg_options=opts) for s, d in directions(programs)}
 
 
-# NCCL's own choice: measured in bench/RESULTS.md ("Receives posted when due"). One block was the
+# NCCL's own choice: measured in bench/results/gpu.md ("Receives posted when due"). One block was the
 # default while receives were posted ahead of time ("NCCL thread blocks of the links").
 P2P_MAX_CTAS = "0"
 

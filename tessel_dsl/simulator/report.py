@@ -77,10 +77,6 @@ class Report:
     def ok(self) -> bool:
         return self.deadlock is None and self.overflow_count == 0
 
-    @property
-    def actions_per_second(self) -> float:
-        return self.actions / self.wall_seconds if self.wall_seconds > 0 else float("inf")
-
     def problems(self) -> list[str]:
         """One line per reason the run is not ok (deadlock first)."""
         out = []

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from tessel_dsl.search.solvers.problem import Objective, Precedence, Problem, Solution, Task, makespan_lower_bound, microbatch_order
 
+__all__ = ["DEFAULT_SOLVER", "SOLVERS", "Objective", "Precedence", "Problem", "Solution", "Task",
+           "makespan_lower_bound", "microbatch_order", "resolve", "solve"]
+
 SOLVERS = ("cpsat", "z3")
 DEFAULT_SOLVER = "cpsat"  # measured faster on the search's problems (docs/search.md)
 
