@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from tessel_dsl.executor.models import shapes  # noqa: E402
 from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
-from tessel_dsl.executor.ranks import run_ranks  # noqa: E402
+from tessel_dsl.executor.local_ranks import run_ranks  # noqa: E402
 
 from . import pipeline_support as ps  # noqa: E402
 
