@@ -15,6 +15,11 @@ INTEGRATION_MODULES = frozenset({
     "test_models.py",                # every model on 2 and 4 gloo ranks
     "test_pipeline.py",              # Pipeline trained for 20 steps on gloo ranks
     "test_pipeline_io.py",           # Pipeline checkpoints on gloo ranks
+    "test_pipeline_checkpoint.py",   # save, resume in a fresh launch, refusals, on 2 and 2x2 ranks
+    "test_pipeline_batches.py",      # ranks of one pipeline given different batches
+    "test_pipeline_meta.py",         # Hugging Face models built on meta, trained on gloo ranks
+    "test_pipeline_ties.py",         # tied and shared weights on 2 and 2x2 ranks
+    "test_pipeline_loss.py",         # token-weighted loss on 2x2 ranks
     "test_pipeline_replica_grads.py",
     "test_replicas.py",
     "test_vocab_embedding.py",

@@ -48,7 +48,7 @@ def steady_period(starts: dict[tuple[str, int], float], microbatches: int,
     """The time each micro-batch adds in the steady state: per block, the mean gap between
     consecutive micro-batches' starts over whole cycles of the gap pattern that repeats at the end
     of its steady window (one cycle of a bursty schedule: gaps of 329 five times, then 2969, give
-    769); averaged over blocks. `windows` gives each block's steady micro-batches (first, last),
+    769); the median over blocks. `windows` gives each block's steady micro-batches (first, last),
     e.g. those a plan's repetend instances run; without it (or when it holds no gap) the middle
     half of the run is taken.
 
@@ -69,7 +69,13 @@ def steady_period(starts: dict[tuple[str, int], float], microbatches: int,
                     gaps.append(s1 - s0)
             if gaps:
                 per_block.append(_cycle_mean(gaps))
-        return sum(per_block) / len(per_block) if per_block else None
+        if not per_block:
+            return None
+        # The median over blocks: in a short run one block's window can still hold a warmup gap
+        # (1F1B's first device at N=4), which a mean over blocks would carry into the period.
+        per_block.sort()
+        mid = len(per_block) // 2
+        return per_block[mid] if len(per_block) % 2 else (per_block[mid - 1] + per_block[mid]) / 2
 
     if windows:
         got = mean(lambda b: windows.get(b, (0, 0)))
