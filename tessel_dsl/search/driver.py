@@ -116,7 +116,7 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counter
             witnesses[rep] = ends
         return verdict == "yes"
 
-    fallback = serial_repetend(spec, solver, counters)
+    fallback = serial_repetend(spec, solver, counters, clock.left)
     upper = fallback.period
     notes = []
     if method == "modulo":
@@ -183,7 +183,7 @@ def _constructive(spec: Spec, n: int, clock: Clock,
     lower, u = lower_bound(spec), clock.unit
     if progress is not None:
         progress(Progress("constructive", lower * u, lower * u, 0, None, 0, 0, clock.elapsed()))
-    sched = bound_reaching_schedule(spec, n)
+    sched = bound_reaching_schedule(spec, n, clock.left)
     if sched is None:
         return None
     rep = sched.repetend
