@@ -47,6 +47,21 @@ derive backward time 2x
 """
 
 
+# Spec 5 of bench/search_random.py (seed 1): its one-copy period (38) is above the floor.
+TWO_STAGES = """placement rnd
+devices 2
+memory 6
+microbatches 8
+mode train
+forward F0 on 0 time 4 memory 3 grad time 11
+forward F1 on 1 time 11 memory 3
+forward F2 on 0 time 7 memory 3
+forward F3 on 1 time 1 memory 3
+chain(F{k} for k in 0..3)
+derive backward time 1x
+"""
+
+
 class _Counted(construct._Packer):
     made: ClassVar[list[construct._Packer]] = []
 
@@ -118,3 +133,25 @@ def test_a_large_ratio_gives_the_same_plan_every_time(tmp_path):
     text = TWO.format(t=1_000_000).replace("devices 2", "resolution time 1ns\ndevices 2").replace(
         "time 1000000", "time 1ms").replace("time 1\n", "time 1ns\n").replace("time 2\n", "time 2ns\n")
     assert _plan(text, tmp_path, "1") == _plan(text, tmp_path, "2")
+
+
+def test_a_capped_period_walk_never_tries_the_cap_or_above(monkeypatch):
+    # The k-copy search asks only for periods below k times the best per micro-batch: anything at
+    # or above it cannot help. Capped at the period the uncapped walk proves minimal, nothing
+    # below it exists, so the one-micro-batch repetend comes back, proven (every period below the
+    # cap was shown infeasible), and no period at or above the cap was solved.
+    from tessel_dsl.search import modulo
+    from tessel_dsl.search.clock import Clock
+    from tessel_dsl.search.driver import find_repetend
+    from tessel_dsl.search.repetend import Counters
+
+    spec = parse(TWO_STAGES)
+    kw = dict(solver="cpsat", method="modulo", clock=Clock(None), report=lambda _: None)
+    best, proven, _ = find_repetend(spec, counters=Counters(), **kw)
+    assert proven and best.period == 38  # above the period floor (29), so the walk has work below it
+    tried = []
+    original = modulo.solve_period
+    monkeypatch.setattr(modulo, "solve_period", lambda s, p, *a, **k: tried.append(p) or original(s, p, *a, **k))
+    rep, proven, note = find_repetend(spec, counters=Counters(), cap=best.period, **kw)
+    assert tried and max(tried) < best.period
+    assert rep.nr == 1 and rep.period >= best.period and proven and "one-micro-batch" not in note
