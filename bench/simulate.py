@@ -1,6 +1,7 @@
 """Simulator speed: simulated program actions per second for N = 128 and 1024 on D = 4 and 8.
 
     python bench/simulate.py            # prints a Markdown table (best of 3 runs per row)
+    python bench/simulate.py --scale    # CPU time of `tessel simulate plan.json -n N` by phase
 
 Plans come from the 1F1B and 1F1B+ baselines (no search needed), so the numbers measure the
 simulator alone: V-shape (single-device blocks only) and M-shape (all-device embedding blocks,
@@ -17,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tessel_dsl.simulator import simulate  # noqa: E402
-from tessel_dsl import baselines  # noqa: E402
+from tessel_dsl.search import baselines  # noqa: E402
 from tessel_dsl.ir import Block, Edge, Kind, Link, Spec  # noqa: E402
 from tessel_dsl.lower import lower  # noqa: E402
 
@@ -82,6 +83,31 @@ def main() -> None:
           "actions/s CPU (target >= 100,000); times are simulate() end to end, best of 3")
 
 
+def scale(sizes=(1000, 4000, 16000)) -> None:
+    """What `tessel simulate plan.json -n N` spends, phase by phase, on the searched M-shape
+    (specs/mshape.tsl, 10 blocks): re-extension to N, lowering and checking the plan, simulating
+    it (which checks the plan again). The basis of `limits.MAX_SIMULATED_INSTANCES`."""
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.plan import make_plan
+    from tessel_dsl.search.driver import search
+    from tessel_dsl.search.finish import reextend
+
+    spec = parse_file(Path(__file__).resolve().parent.parent / "specs" / "mshape.tsl")
+    found = search(spec)
+    print("| N | block instances | actions | re-extend CPU s | plan CPU s | simulate CPU s | total CPU s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in sizes:
+        c0 = time.process_time()
+        sched = reextend(spec, found.schedule, n)
+        c1 = time.process_time()
+        plan = make_plan(spec, sched, found.info)
+        c2 = time.process_time()
+        rep = simulate(plan)
+        c3 = time.process_time()
+        print(f"| {n} | {n * len(spec.blocks)} | {rep.actions} | {c1 - c0:.1f} | {c2 - c1:.1f} | {c3 - c2:.1f} | "
+              f"{c3 - c0:.1f} |")
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -93,4 +119,7 @@ def _cpu_name() -> str:
 
 
 if __name__ == "__main__":
-    main()
+    if "--scale" in sys.argv[1:]:
+        scale()
+    else:
+        main()

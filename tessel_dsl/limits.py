@@ -9,11 +9,13 @@ from __future__ import annotations
 
 MAX_DEVICES = 4096
 MAX_BLOCKS = 100_000
-# Micro-batches of one schedule, and block instances (blocks x micro-batches) of one plan: the
-# simulator and the executor handle about a million actions in seconds; beyond that a run would
-# take minutes without saying so.
+# Micro-batches of one schedule, and block instances (blocks x micro-batches) of one plan.
 MAX_MICROBATCHES = 100_000
 MAX_INSTANCES = 1_000_000
+# Block instances `tessel simulate` takes on: re-extending, lowering, checking and simulating
+# 160,000 instances (656,000 actions, M-shape -n 16000) take about 40 s of CPU (`python
+# bench/simulate.py --scale`); beyond this a run would take minutes without saying so.
+MAX_SIMULATED_INSTANCES = 200_000
 # Integer times, memory deltas and start times of a plan: far above any real schedule, low enough
 # that sums over a whole plan stay exact in a float and never overflow a conversion. A spec is held
 # to the same bound, in its own units, and so is its whole work (every block and transfer of every

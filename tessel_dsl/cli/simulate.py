@@ -35,6 +35,9 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
         plan = load_plan(path)
         if microbatches is not None and microbatches != plan.schedule.microbatches:
             from tessel_dsl.search.finish import reextend
+            from tessel_dsl.simulator import check_size
+
+            check_size(plan.spec, microbatches)  # before the re-extension, whose cost grows with N
 
             schedule = reextend(plan.spec, plan.schedule, microbatches)  # also handles N below N_R
             keep = plan.programs[0].blocking if plan.programs else False
@@ -44,6 +47,9 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
     from tessel_dsl.search.driver import search
 
     spec = parse_file(path, sets=sets or None, mode=mode)
+    from tessel_dsl.simulator import check_size
+
+    check_size(spec, spec.microbatches if microbatches is None else microbatches)
     with err_console.status(f"searching a schedule for {spec.name}...") as status:
         def progress(p) -> None:
             status.update(f"searching {spec.name}: {p.phase}, period {p.period or '-'} "

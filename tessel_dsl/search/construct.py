@@ -5,13 +5,23 @@ reaches the period lower bound (`analysis.lower_bound`) and the makespan bound
 (`bounds.makespan_bound`), no solver could do better, so none needs to load or run.
 
 **Modulo list scheduling.** One micro-batch is laid out flat: blocks in topological order, each
-at the earliest time after its dependencies at which its devices are free *modulo P* (a
-per-device table of P time steps; instance ``k`` of the schedule repeats the flat one ``k P``
-later, so a step taken modulo P is taken in every instance), and where the blocks still to place
-keep room in the table (`_Packer`, exact: a greedy placement alone fragments the table, e.g. on
-the M-shape a backward of 3 steps finds no 3 free ones). The flat start ``sigma_i`` of every
-block gives the periodic schedule ``sigma_i + m P`` for micro-batch ``m``, valid for dependencies
-by construction and free of overlaps on every device.
+at the earliest time after its dependencies at which its devices are free *modulo P* (each
+device's busy time is a sorted list of intervals of ``[0, P)``; instance ``k`` of the schedule
+repeats the flat one ``k P`` later, so a step taken modulo P is taken in every instance), and
+where the blocks still to place keep room on the devices (`_Packer`, exact: a greedy placement
+alone fragments the time, e.g. on the M-shape a backward of 3 steps finds no 3 free ones). The
+flat start ``sigma_i`` of every block gives the periodic schedule ``sigma_i + m P`` for
+micro-batch ``m``, valid for dependencies by construction and free of overlaps on every device.
+
+**Event points.** Nothing here walks the period step by step, so a spec whose block times differ
+by a factor of 10^6 costs what a small-numbered one does. Only residues of the form ``e + s``
+modulo P need trying, ``e`` the end of a busy interval (or 0) and ``s`` a sum of lengths of
+blocks still to place: in any placement, slide blocks left while they can; each stops touching
+a busy end or a block that stopped earlier, so its start is such a sum past an end (and a group
+that never touches anything can be turned until one of its blocks starts at 0). The earliest
+feasible start of the block being placed is either its dependency bound or such a point by the
+same argument. A device's single-device blocks then need only the lengths of its free gaps (bin
+packing, exact).
 
 **The repetend.** Each device's window of length P starts at a block start taken modulo P (no
 block of that device straddles it), placed at or below the device's latest flat start, so every
@@ -23,116 +33,209 @@ validator, and a construction that breaks M (or any other rule) is simply not us
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from typing import Callable
+
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Repetend, Schedule, Slot
 
+Busy = tuple[tuple[int, int], ...]  # one device's disjoint, merged [start, end) intervals in [0, P)
 
-def _mask(start: int, length: int, period: int) -> int:
-    """The steps ``start .. start + length - 1`` modulo `period`, as a bit set."""
-    bits = 0
-    for k in range(length):
-        bits |= 1 << ((start + k) % period)
-    return bits
+
+def _pieces(start: int, length: int, period: int) -> list[tuple[int, int]]:
+    """Steps ``start .. start + length - 1`` modulo `period` as at most two intervals of [0, P)."""
+    a = start % period
+    if a + length <= period:
+        return [(a, a + length)]
+    return [(a, period), (0, a + length - period)]
+
+
+def _overlaps(busy: Busy, start: int, length: int, period: int) -> bool:
+    for a, b in _pieces(start, length, period):
+        i = bisect_right(busy, (a, period + 1)) - 1  # the last interval starting at or before a
+        if i >= 0 and busy[i][1] > a:
+            return True
+        if i + 1 < len(busy) and busy[i + 1][0] < b:
+            return True
+    return False
+
+
+def _add(busy: Busy, start: int, length: int, period: int) -> Busy:
+    """`busy` with the (free) steps of a block added, adjacent intervals merged."""
+    out = list(busy)
+    for a, b in _pieces(start, length, period):
+        i = bisect_left(out, (a, a))
+        if i > 0 and out[i - 1][1] == a:
+            i -= 1
+            a = out[i][0]
+            del out[i]
+        if i < len(out) and out[i][0] == b:
+            b = out[i][1]
+            del out[i]
+        out.insert(i, (a, b))
+    return tuple(out)
+
+
+def _merged(pieces: list[tuple[int, int]]) -> Busy:
+    """Intervals (possibly overlapping) as one sorted list of disjoint, merged ones."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(pieces):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return tuple(out)
+
+
+def _gaps(busy: Busy, period: int) -> tuple[int, ...]:
+    """Lengths of the free stretches of a device's circle, largest first."""
+    if not busy:
+        return (period,)
+    gaps = [busy[i + 1][0] - busy[i][1] for i in range(len(busy) - 1)]
+    gaps.append(period - busy[-1][1] + busy[0][0])  # across the end of the period
+    return tuple(sorted((g for g in gaps if g > 0), reverse=True))
 
 
 class _Packer:
     """Can the blocks still to place find steps modulo P on their devices, given what is taken?
 
-    Exact: blocks on several devices are tried at every residue (most devices first), then each
-    device packs its own blocks into what is left, independently of the others (memoised). Every
-    residue tried counts towards `WORK_LIMIT`; past it every answer is no (the search then solves).
+    Exact: blocks on several devices are tried at every event point (most devices first), then
+    each device packs its own blocks into its free gaps, independently of the others (memoised).
+    Every residue, gap or event point tried counts towards `WORK_LIMIT`; past it (or past the
+    caller's wall-clock limit) every answer is no (the search then solves).
     """
 
-    def __init__(self, spec: Spec, period: int):
+    def __init__(self, spec: Spec, period: int, left: Callable[[], float | None] | None = None):
         self.spec, self.period = spec, period
-        self.by_length: dict[int, list[int]] = {}
-        for b in spec.blocks:
-            if b.time not in self.by_length:
-                self.by_length[b.time] = list(dict.fromkeys(_mask(x, b.time, period) for x in range(period)))
-        self.masks = {b.name: [_mask(x, b.time, period) for x in range(period)] for b in spec.blocks}
+        self.left = left
+        self.time = {b.name: b.time for b in spec.blocks}
+        self.devices = {b.name: b.devices for b in spec.blocks}
         self.memo: dict[tuple, bool] = {}
-        self.single_memo: dict[tuple[int, tuple[int, ...]], bool] = {}
+        self.single_memo: dict[tuple[tuple[int, ...], tuple[int, ...]], bool] = {}
+        self.sums_memo: dict[frozenset[str], tuple[int, ...]] = {}
         self.work = 0
+        self.out_of_time = False
 
     @property
     def exhausted(self) -> bool:
-        return self.work > WORK_LIMIT
+        return self.work > WORK_LIMIT or self.out_of_time
 
-    def fits(self, taken: tuple[int, ...], left: frozenset[str]) -> bool:
+    def _spend(self, n: int = 1) -> bool:
+        """Count `n` units of work; False once the budget (or the wall-clock limit) is spent."""
+        before = self.work
+        self.work += n
+        if self.left is not None and before // CLOCK_EVERY != self.work // CLOCK_EVERY:
+            remaining = self.left()
+            if remaining is not None and remaining <= 0:
+                self.out_of_time = True
+        return not self.exhausted
+
+    def sums(self, left: frozenset[str]) -> tuple[int, ...]:
+        """Every sum of lengths of a subset of `left`, modulo P (0 included)."""
+        if left not in self.sums_memo:
+            sums = {0}
+            for n in sorted(left):
+                t = self.time[n]
+                new = {(s + t) % self.period for s in sums} - sums
+                if not self._spend(len(new) + 1):
+                    break
+                sums |= new
+            self.sums_memo[left] = tuple(sorted(sums))
+        return self.sums_memo[left]
+
+    def events(self, taken: tuple[Busy, ...], left: frozenset[str], zero: bool) -> list[int]:
+        """The residues ``e + s`` (see the module text), sorted; `zero` adds 0 to the ends ``e``."""
+        ends = sorted({b % self.period for busy in taken for _, b in busy} | ({0} if zero else set()))
+        sums = self.sums(left)
+        if not self._spend(len(ends) * len(sums)):
+            return []
+        return sorted({(e + s) % self.period for e in ends for s in sums})
+
+    def fits(self, taken: tuple[Busy, ...], left: frozenset[str]) -> bool:
         key = (taken, left)
         if key not in self.memo:
-            multi = sorted((n for n in left if len(self.spec.block(n).devices) > 1),
-                           key=lambda n: (-len(self.spec.block(n).devices), n))
-            single = [n for n in left if len(self.spec.block(n).devices) == 1]
-            self.memo[key] = self._multi(list(taken), multi, single)
+            multi = sorted((n for n in left if len(self.devices[n]) > 1), key=lambda n: (-len(self.devices[n]), n))
+            singles: list[list[int]] = [[] for _ in taken]
+            for n in left:
+                if len(self.devices[n]) == 1:
+                    singles[self.devices[n][0]].append(self.time[n])
+            lengths = [tuple(sorted(x, reverse=True)) for x in singles]
+            points = self.events(taken, left, zero=True) if multi else []
+            ok = self._multi(list(taken), multi, lengths, points)
+            if self.exhausted:
+                return False  # not memoised: the answer was cut, not found
+            self.memo[key] = ok
         return self.memo[key]
 
-    def _multi(self, taken: list[int], multi: list[str], single: list[str]) -> bool:
+    def _multi(self, taken: list[Busy], multi: list[str], lengths: list[tuple[int, ...]], points: list[int]) -> bool:
+        period = self.period
         if not multi:
-            return all(self._pack(taken[d], tuple(sorted((self.spec.block(n).time for n in single
-                                                          if self.spec.block(n).devices[0] == d), reverse=True)))
-                       for d in range(self.spec.devices))
+            return all(self._pack(_gaps(busy, period), x) for busy, x in zip(taken, lengths) if x)
         name, rest = multi[0], multi[1:]
-        devs = self.spec.block(name).devices
-        for m in self.by_length[self.spec.block(name).time]:
-            self.work += 1
-            if self.exhausted:
+        time, devs = self.time[name], self.devices[name]
+        for x in points:
+            if not self._spend():
                 return False
-            if all(not taken[d] & m for d in devs):
+            if all(not _overlaps(taken[d], x, time, period) for d in devs):
+                saved = [taken[d] for d in devs]
                 for d in devs:
-                    taken[d] |= m
-                ok = self._multi(taken, rest, single)
-                for d in devs:
-                    taken[d] &= ~m
+                    taken[d] = _add(taken[d], x, time, period)
+                ok = self._multi(taken, rest, lengths, points)
+                for d, busy in zip(devs, saved):
+                    taken[d] = busy
                 if ok:
                     return True
         return False
 
-    def _pack(self, taken: int, lengths: tuple[int, ...]) -> bool:
-        """Do blocks of these lengths fit, non-overlapping, into the steps not in `taken`?"""
+    def _pack(self, gaps: tuple[int, ...], lengths: tuple[int, ...]) -> bool:
+        """Do blocks of these lengths (largest first) fit, non-overlapping, into free gaps of these
+        lengths (largest first)?"""
         if not lengths:
             return True
-        key = (taken, lengths)
+        if not gaps or lengths[0] > gaps[0] or sum(lengths) > sum(gaps):
+            return False
+        key = (gaps, lengths)
         if key not in self.single_memo:
             ok = False
-            for m in self.by_length[lengths[0]]:
-                self.work += 1
-                if self.exhausted:
+            for i, g in enumerate(gaps):
+                if g < lengths[0] or (i and g == gaps[i - 1]):
+                    continue  # too short, or the same as the gap just tried
+                if not self._spend():
                     return False
-                if not taken & m and self._pack(taken | m, lengths[1:]):
+                rest = tuple(sorted(gaps[:i] + (g - lengths[0],) + gaps[i + 1:], reverse=True))
+                if self._pack(rest, lengths[1:]):
                     ok = True
                     break
             self.single_memo[key] = ok
         return self.single_memo[key]
 
 
-WORK_LIMIT = 200000  # residues the packer may try in all (a deterministic cap on its work)
+WORK_LIMIT = 200000  # residues, gaps and event points the packer may try in all (a deterministic cap on its work)
+CLOCK_EVERY = 4096  # work units between two looks at the wall clock (only under a time limit)
 
 
-def flat_starts(spec: Spec, period: int) -> dict[str, int] | None:
+def flat_starts(spec: Spec, period: int, left: Callable[[], float | None] | None = None) -> dict[str, int] | None:
     """``sigma``: each block's start in the flat periodic schedule at `period` (see the module
-    text); None when none is found within the packer's budget."""
+    text); None when none is found within the packer's budget (or within the time `left`
+    returns, when it returns a number)."""
     if any(b.time > period for b in spec.blocks):
         return None
-    packer = _Packer(spec, period)
-    taken = [0] * spec.devices
-    left = set(spec.topo_order)
-    if not packer.fits(tuple(taken), frozenset(left)):
+    packer = _Packer(spec, period, left)
+    taken: tuple[Busy, ...] = ((),) * spec.devices
+    rest = frozenset(spec.topo_order)
+    if not packer.fits(taken, rest):
         return None
     sigma: dict[str, int] = {}
     for name in spec.topo_order:
         b = spec.block(name)
-        left.discard(name)
-        rest = frozenset(left)
+        rest = rest - {name}
         earliest = max((sigma[p] + spec.block(p).time for p in spec.preds[name]), default=0)
-        for t in range(earliest, earliest + period):
-            m = packer.masks[name][t % period]
-            if any(taken[d] & m for d in b.devices):
+        points = [earliest] + [earliest + (x - earliest) % period for x in packer.events(taken, rest, zero=False)]
+        for t in sorted(set(points)):
+            if any(_overlaps(taken[d], t, b.time, period) for d in b.devices):
                 continue
-            trial = list(taken)
-            for d in b.devices:
-                trial[d] |= m
-            if packer.fits(tuple(trial), rest):
+            trial = tuple(_add(busy, t, b.time, period) if d in b.devices else busy for d, busy in enumerate(taken))
+            if packer.fits(trial, rest):
                 break
             if packer.exhausted:
                 return None
@@ -180,10 +283,10 @@ def _window_choices(spec: Spec, sigma: dict[str, int], period: int) -> list[list
         first.append(0 if best is None else best[1])
     out = [first]
     top = max(tops, default=0)
-    inside = set()
-    for b in spec.blocks:
-        inside |= {(sigma[b.name] + k) % period for k in range(1, b.time)}
-    for x in sorted({sigma[n] % period for n in sigma} - inside):
+    # The steps strictly inside some block, which a common cut must avoid.
+    inside = _merged([piece for b in spec.blocks if b.time > 1
+                      for piece in _pieces(sigma[b.name] + 1, b.time - 1, period)])
+    for x in sorted(x for x in {sigma[n] % period for n in sigma} if not _overlaps(inside, x, 1, period)):
         a = top - (top - x) % period
         out.append([a] * spec.devices)
     cuts = [sorted({sigma[n] % period for n in names}) for names in on]
@@ -208,12 +311,14 @@ def _lift(sigma: int, window: int, period: int) -> int:
     return window + (sigma - window) % period
 
 
-def modulo_list_repetend(spec: Spec, period: int) -> tuple[Repetend, tuple[Slot, ...], tuple[Slot, ...]] | None:
-    """(repetend, warmup, cooldown numbered for N = N_R) at `period`, or None (see the module text).
+def modulo_list_repetend(spec: Spec, period: int, left: Callable[[], float | None] | None = None
+                         ) -> tuple[Repetend, tuple[Slot, ...], tuple[Slot, ...]] | None:
+    """(repetend, warmup, cooldown numbered for N = N_R) at `period`, or None (see the module text;
+    `left` as in `flat_starts`).
 
     Nothing here checks memory: the caller validates the extended schedule.
     """
-    sigma = flat_starts(spec, period)
+    sigma = flat_starts(spec, period, left)
     if sigma is None:
         return None
     return flat_repetend(spec, sigma, period)
@@ -246,11 +351,11 @@ def flat_repetend(spec: Spec, sigma: dict[str, int], period: int
     return rep, warm, cool
 
 
-def bound_reaching_schedule(spec: Spec, n: int) -> Schedule | None:
+def bound_reaching_schedule(spec: Spec, n: int, left: Callable[[], float | None] | None = None) -> Schedule | None:
     """The schedule for `n` micro-batches extended from the modulo-list repetend at the period
     lower bound, when it is valid (memory included) and its makespan reaches the makespan bound,
     so nothing shorter exists and no repetend has a shorter period; None otherwise (then the
-    solver-based search runs as usual)."""
+    solver-based search runs as usual), also when the wall-clock time `left` returns runs out."""
     from tessel_dsl.analysis import lower_bound
     from tessel_dsl.errors import TesselError
     from tessel_dsl.search.bounds import makespan_bound
@@ -258,7 +363,7 @@ def bound_reaching_schedule(spec: Spec, n: int) -> Schedule | None:
 
     if any(sum(b.memory for b in spec.blocks_on(d)) > 0 for d in range(spec.devices)):
         return None  # memory left behind per micro-batch: no repetend can repeat
-    built = modulo_list_repetend(spec, lower_bound(spec))
+    built = modulo_list_repetend(spec, lower_bound(spec), left)
     if built is None or n < built[0].nr:
         return None
     try:

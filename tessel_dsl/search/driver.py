@@ -78,10 +78,13 @@ ACCEPT_EFFORT = 5.0  # deterministic budget of one satisfiability solve of a war
 
 
 def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counters: Counters,
-                  report: Callable[[str], None], witnesses: dict | None = None) -> tuple[Repetend, bool, str]:
+                  report: Callable[[str], None], witnesses: dict | None = None,
+                  cap: int | None = None) -> tuple[Repetend, bool, str]:
     """The best repetend (lazily checked for completion), whether that is proven, and a note.
     `witnesses` (if given) receives, per accepted repetend, the valid warmup and cooldown that
-    showed it can be completed."""
+    showed it can be completed. With `cap`, only periods below it are looked for (a repetend at
+    `cap` or above is of no use to the caller): the one-micro-batch repetend comes back when none
+    is found, proven when every period below `cap` was shown infeasible."""
     from tessel_dsl.search.periodic import completion_witness
 
     lower, max_nr = lower_bound(spec), nr_limit(spec)
@@ -98,18 +101,19 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counter
             witnesses[rep] = ends
         return verdict == "yes"
 
-    fallback = serial_repetend(spec, solver, counters)
+    fallback = serial_repetend(spec, solver, counters, clock.left)
     upper = fallback.period
     notes = []
     if method == "modulo":
         rep, proven, note, enumerate_instead = modulo_search(
-            spec, fallback, solver=solver, clock=clock, counters=counters, report=report, accept=accept)
+            spec, fallback, solver=solver, clock=clock, counters=counters, report=report, accept=accept, cap=cap)
         if not enumerate_instead:
             if rep is fallback and not proven:
                 note = f"{note}; using a one-micro-batch repetend"
             return rep, proven, note
         notes.append(note + "; enumerating")
         upper = rep.period + 1 if rep is not fallback else upper
+    upper = upper if cap is None else min(upper, cap)
     rep, complete = enumerate_search(
         spec, lower=lower, upper=upper, max_nr=max_nr, solver=solver, deadline=clock.left,
         counters=counters, accept=lambda r: bool(accept(r)), on_progress=lambda: report("repetend (enumerate)"))
@@ -165,7 +169,7 @@ def _constructive(spec: Spec, n: int, clock: Clock,
     lower, u = lower_bound(spec), clock.unit
     if progress is not None:
         progress(Progress("constructive", lower * u, lower * u, 0, None, 0, 0, clock.elapsed()))
-    sched = bound_reaching_schedule(spec, n)
+    sched = bound_reaching_schedule(spec, n, clock.left)
     if sched is None:
         return None
     rep = sched.repetend

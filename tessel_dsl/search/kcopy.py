@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
+from functools import partial
 from typing import Callable
 
 from tessel_dsl.ir import Spec
@@ -52,7 +53,13 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
             r = search_one(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock,
                            progress=progress, find=find)
         else:
-            r = search_one(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock, progress=progress)
+            # Only periods below k times the best per micro-batch can help: the walk stops there
+            # (it used to bisect up to the one-micro-batch repetend's period, on full budgets).
+            from tessel_dsl.search.driver import find_repetend
+
+            cap = -(-(k * per_mb).numerator // (k * per_mb).denominator)
+            r = search_one(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock, progress=progress,
+                           find=partial(find_repetend, cap=cap))
         if r.info.method == "direct":
             break
         tried, proven_all = k, proven_all and r.info.period_proven

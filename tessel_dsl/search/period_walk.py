@@ -37,8 +37,8 @@ def period_floor(spec: Spec) -> int:
 
 
 def modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: Clock, counters: Counters,
-                   report: Callable[[str], None], accept: Callable[[Repetend], bool | None]
-                   ) -> tuple[Repetend, bool, str, bool]:
+                   report: Callable[[str], None], accept: Callable[[Repetend], bool | None],
+                   cap: int | None = None) -> tuple[Repetend, bool, str, bool]:
     """Smallest feasible period with the cyclic model: (repetend, proven, note, needs_enumeration).
 
     Feasibility is monotone in the period, so the search keeps ``lo`` (every period below it is
@@ -50,11 +50,12 @@ def modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: Clock, 
     Each solve has a deterministic budget (`PERIOD_EFFORT`), so the answer is the same on every
     run and under any load; a wall-clock limit applies only when the user gave ``--time-limit``.
     A period the budget could not settle is kept as open (the answer is then not proven); the one
-    just below the best gets a second, larger budget.
+    just below the best gets a second, larger budget. With `cap`, no period at or above it is
+    tried (`find_repetend`).
     """
     from tessel_dsl.search.modulo import solve_period
 
-    hi, best = fallback.period, fallback
+    hi, best = fallback.period if cap is None else min(fallback.period, cap), fallback
     lo = min(hi, period_floor(spec))
     best_cuts: list[str] = []  # what a budget cut in finding `best` (its latency polish)
     max_nr = cyclic_nr_limit(spec)

@@ -198,18 +198,52 @@ def solve_candidate(spec: Spec, offsets: dict[str, int], period: int, solver: st
     return make_repetend(spec, offsets, sol.starts, period)
 
 
-def serial_repetend(spec: Spec, solver: str, counters: Counters) -> Repetend:
-    """An always-available fallback: one micro-batch at a time (N_R = 1), shortest such period."""
+def serial_repetend(spec: Spec, solver: str, counters: Counters,
+                    left: Callable[[], float | None] = lambda: None) -> Repetend:
+    """An always-available fallback: one micro-batch at a time (N_R = 1), shortest such period
+    (or, once the time `left` returns has run out, the shortest found so far).
+
+    The periods are walked as numbers, not step by step: a spec in nanoseconds has periods of
+    millions of units. Both tests are monotone in the period (a window that holds the micro-batch
+    at P holds it at P + 1), and at the sum of every block's time the blocks run one after another.
+    """
     shape = Shape.of(spec)
     offsets = {b.name: 0 for b in spec.blocks}
-    period = max(1, max(sum(b.time for b in spec.blocks_on(d)) for d in range(spec.devices)))
-    while not cyclic_bound_ok(spec, shape, offsets, period):
-        period += 1
-    while True:
-        rep = solve_candidate(spec, offsets, period, solver, None, counters)
+    low = max(1, max(sum(b.time for b in spec.blocks_on(d)) for d in range(spec.devices)))
+    high = max(low, sum(b.time for b in spec.blocks))
+    while low < high:  # the smallest period the difference constraints allow
+        mid = (low + high) // 2
+        if cyclic_bound_ok(spec, shape, offsets, mid):
+            high = mid
+        else:
+            low = mid + 1
+
+    def at(period: int, limited: bool = False) -> Repetend | None:
+        return solve_candidate(spec, offsets, period, solver, left() if limited else None, counters)
+
+    period = low
+    for _ in range(SERIAL_STEPS):  # usually the first period already schedules
+        rep = at(period)
         if rep is not None:
             return rep
         period += 1
+    step, failed = SERIAL_STEPS, period - 1
+    while (rep := at(period)) is None:  # gallop, then bisect back between the last failure and it
+        failed, period, step = period, period + step, step * 2
+    while period - failed > 1:
+        remaining = left()
+        if remaining is not None and remaining <= 0:
+            break  # a longer period than need be, but a valid one (this is only the fallback)
+        mid = (failed + period) // 2
+        got = at(mid, limited=True)
+        if got is None:
+            failed = mid
+        else:
+            period, rep = mid, got
+    return rep
+
+
+SERIAL_STEPS = 8  # periods the fallback tries one by one before it gallops
 
 
 def enumerate_search(spec: Spec, *, lower: int, upper: int, max_nr: int, solver: str,
@@ -226,6 +260,9 @@ def enumerate_search(spec: Spec, *, lower: int, upper: int, max_nr: int, solver:
     complete = True
     for period in range(lower, upper):
         counters.period = period
+        left = deadline()
+        if left is not None and left <= 0:  # also when every candidate of a period is pruned
+            return None, False
         for nr in range(1, max_nr + 1):
             counters.nr = nr
             for offsets in iter_offsets(spec, shape, nr, period, counters):

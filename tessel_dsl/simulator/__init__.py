@@ -16,9 +16,10 @@ import time as _time
 from tessel_dsl.analysis import lower_bound
 from tessel_dsl.errors import SimulationError
 from tessel_dsl.ir import Link, Spec
+from tessel_dsl.limits import MAX_SIMULATED_INSTANCES
 from tessel_dsl.plan import Plan
 from tessel_dsl.plan_check import validate_plan
-from tessel_dsl.program import Program
+from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule
 
 from tessel_dsl.simulator.deadlock import Blocked, Deadlock, explain
@@ -27,7 +28,20 @@ from tessel_dsl.simulator.memory import Overflow
 from tessel_dsl.simulator.metrics import bubbles, comm_split, drift, makespan, steady_period
 from tessel_dsl.simulator.report import Report, summary_table
 
-__all__ = ["simulate", "Report", "Deadlock", "Blocked", "Overflow", "summary_table"]
+__all__ = ["simulate", "check_size", "Report", "Deadlock", "Blocked", "Overflow", "summary_table"]
+
+
+def check_size(spec: Spec, microbatches: int) -> None:
+    """Refuse, before any work, to simulate more block instances than `MAX_SIMULATED_INSTANCES`
+    (re-extending, checking and simulating that many takes about a minute of CPU)."""
+    instances = microbatches * len(spec.blocks)
+    if instances > MAX_SIMULATED_INSTANCES:
+        most = max(1, MAX_SIMULATED_INSTANCES // max(1, len(spec.blocks)))
+        raise SimulationError(
+            f"simulating {microbatches:,} micro-batches of {len(spec.blocks)} blocks is {instances:,} block "
+            f"instances, more than the simulator's limit of {MAX_SIMULATED_INSTANCES:,} (about a minute of "
+            f"CPU, and the cost grows faster than linearly); simulate at most {most:,} micro-batches: the "
+            "steady state repeats with the repetend, so a few hundred micro-batches already show it")
 
 
 def simulate(source, *, link: Link | None = None, blocking: bool | None = None,
@@ -38,6 +52,7 @@ def simulate(source, *, link: Link | None = None, blocking: bool | None = None,
     re-lowers the schedule in that mode (this needs a schedule). With `strict`, a deadlock or a
     memory overflow raises SimulationError instead of only being reported.
     """
+    _check_source_size(source, schedule)
     spec, programs, schedule = _unpack(source, schedule)
     if blocking is not None and programs and programs[0].blocking != blocking:
         if schedule is None:
@@ -128,6 +143,21 @@ def _repetend_windows(schedule: Schedule | None, n: int) -> dict[str, tuple[int,
     if rep is None or n <= rep.nr + 1:
         return None
     return {s.block: (s.mb + 1, s.mb + n - rep.nr) for s in rep.slots}
+
+
+def _check_source_size(source, schedule: Schedule | None) -> None:
+    spec = source[0] if isinstance(source, tuple) and source else getattr(source, "spec", None)
+    if not isinstance(spec, Spec):
+        return  # `_unpack` says what is wrong
+    sched = schedule or (source[2] if isinstance(source, tuple) and len(source) == 3
+                         else getattr(source, "schedule", None))
+    if isinstance(sched, Schedule):
+        check_size(spec, sched.microbatches)
+        return
+    programs = source[1] if isinstance(source, tuple) and len(source) > 1 else getattr(source, "programs", ())
+    computes = sum(1 for p in programs if isinstance(p, Program) for a in p.actions if a.op is Op.COMPUTE)
+    if computes > MAX_SIMULATED_INSTANCES:
+        check_size(spec, -(-computes // max(1, len(spec.blocks))))
 
 
 def _unpack(source, schedule: Schedule | None) -> tuple[Spec, tuple[Program, ...], Schedule | None]:
