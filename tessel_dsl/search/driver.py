@@ -148,8 +148,8 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     method = DEFAULT_METHOD if method == "auto" else method
     if result is None:
         result = _search(base, n, solver=solver, method=method, clock=clock, progress=progress)
-    result = with_copies(base, n, result, search_one=_search, solver=solver, method=method, clock=clock,
-                         progress=progress)
+    result = with_copies(base, n, result, search_one=_search, find_repetend=find_repetend, solver=solver,
+                         method=method, clock=clock, progress=progress)
     info = result.info
     info = replace(info, lower_bound=info.lower_bound * unit, period=info.period * unit,
                    makespan_bound=info.makespan_bound * unit,

@@ -24,12 +24,14 @@ CHAIN_MAX_COPIES = 2     # on a chain the small exact model of `chaincycle.py` t
 
 
 def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callable[..., SearchResult],
-                solver: str, method: str, clock: Clock,
+                find_repetend: Callable[..., tuple], solver: str, method: str, clock: Clock,
                 progress: Callable[[Progress], None] | None) -> SearchResult:
     """Try repetends holding each block k = 2 .. MAX_COPIES times (`copies.py`) when the one-copy
     period is above the lower bound (at the bound no k can do better per micro-batch); keep the
     schedule with the shortest makespan for this N (ties keep the one-copy schedule, which the
-    plan can re-extend to other N). `search_one` is the one-copy search (`driver._search`)."""
+    plan can re-extend to other N). `search_one` is the one-copy search (`driver._search`) and
+    `find_repetend` its repetend finder (`driver.find_repetend`), passed in so that this module
+    imports nothing from the driver that calls it."""
     from tessel_dsl.search.copies import fold, unroll
 
     info = result.info
@@ -55,8 +57,6 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
         else:
             # Only periods below k times the best per micro-batch can help: the walk stops there
             # (it used to bisect up to the one-micro-batch repetend's period, on full budgets).
-            from tessel_dsl.search.driver import find_repetend
-
             cap = -(-(k * per_mb).numerator // (k * per_mb).denominator)
             r = search_one(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock, progress=progress,
                            find=partial(find_repetend, cap=cap))
