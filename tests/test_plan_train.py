@@ -88,3 +88,29 @@ def test_a_tied_model_is_refused_with_what_to_change(tmp_path):
         plan_model(gpt2_tied(), torch.randint(0, VOCAB, (ROWS, SEQ)), devices=2, output=tmp_path / "p.json",
                    repeats=1, warmup=0)
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_memory_bound_plan_spreads_the_embedding_and_trains(tmp_path):
+    """Measured units with costs set by hand, as if the vocabulary were large: embedding 10 GB of
+    weights and optimizer state, layers 1 GB, head 0.5 GB. At 11 GB a device every placement that
+    keeps the embedding whole on one device (10 + 2 layers) is over; spreading it over both
+    (5 + 2 and 5 + 2.5 GB) fits, so it is chosen -- and Pipeline trains it (E replicated, no tp)."""
+    from dataclasses import replace
+
+    from tessel_dsl.placement import plan_model, profile_model
+
+    measured = profile_model(llama(), torch.randint(0, VOCAB, (ROWS, SEQ)), repeats=1, warmup=0)
+    gb = {"embedding": 10, "layer": 1, "norm": 0, "head": 0.5}
+    ms = {"embedding": 1, "layer": 10, "norm": 1, "head": 1}
+    units = tuple(replace(u, forward=ms[u.kind] / 1e3, input_grad=ms[u.kind] / 1e3, weight_grad=ms[u.kind] / 1e3,
+                          params=int(gb[u.kind] * 1e9 / 16), param_bytes=int(gb[u.kind] * 1e9 / 4))
+                  for u in measured.units)
+    out = tmp_path / "plan.json"
+    res = plan_model(llama(), None, devices=2, memory="11GB", microbatches=2, output=out,
+                     profile=replace(measured, units=units))
+    assert res.best.candidate == "mshape-E" and res.plan.spec.block("E").devices == (0, 1)
+    assert res.blocks["E"] == ["model.embed_tokens"]
+    data = ps.batches(VOCAB, STEPS, ROWS * 2, SEQ)
+    want = ps.reference(llama, ps.llama_loss, data, 2)
+    for r in run_ranks(trained, 2, out, llama, data, timeout=300):
+        assert max(ps.rel(a, b) for a, b in zip(r["losses"], want)) <= 1e-5, r["rank"]
