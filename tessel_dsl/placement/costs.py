@@ -56,3 +56,10 @@ class Profile:
         from dataclasses import asdict
 
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Profile:
+        """A profile saved with `to_json` (e.g. measured on a GPU machine, planned elsewhere)."""
+        units = tuple(Unit(**{**u, "modules": tuple(u["modules"])}) for u in data["units"])
+        return cls(units, data.get("device", ""), tuple(data.get("batch_shape", ())), data.get("seconds", 0.0),
+                   tuple(tuple(p) for p in data.get("tied", ())))
