@@ -38,6 +38,15 @@ def test_plan_writes_the_plan_its_spec_and_binding(tmp_path):
     assert sorted(m for ms in blocks.values() for m in ms) == sorted(
         ["model.embed_tokens", "model.norm", "lm_head"] + [f"model.layers.{i}" for i in range(4)])
     assert report["device"] == "cpu"
+    # planning again from the profile it saved gives the same plan: the choice, without --budget,
+    # depends on the profile alone
+    again = tmp_path / "again.json"
+    r = _invoke(["plan", "--profile", str(tmp_path / "plan.profile.json"), "--devices", "2", "--memory", "1GB",
+                 "-n", "4", "-o", str(again), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["chosen"] == chosen
+    same = [{k: v for k, v in json.loads(f.read_text()).items() if k != "search"} for f in (again, out)]
+    assert same[0] == same[1]  # spec, schedule, programs (only the search's seconds differ)
 
 
 def test_a_tied_model_and_a_bad_batch_shape_are_plain_errors(tmp_path):
@@ -49,3 +58,5 @@ def test_a_tied_model_and_a_bad_batch_shape_are_plain_errors(tmp_path):
     assert e.value.code == 1 and not list(tmp_path.iterdir())
     r = _invoke(["plan", "--model", "tests.test_plan_train:llama", "--devices", "2", "--batch-shape", "2xa"])
     assert r.exit_code == 2 and "2x128" in r.output
+    r = _invoke(["plan", "--devices", "2"])
+    assert r.exit_code == 2 and "--profile" in r.output

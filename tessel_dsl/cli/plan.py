@@ -30,7 +30,10 @@ def example_batch(model, shape: tuple[int, ...]):
 
 @app.command()
 def plan(
-    model: str = typer.Option(..., "--model", "-m", help="Factory of the nn.Module as MODULE:FACTORY."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Factory of the nn.Module as MODULE:FACTORY."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Plan from a saved profile (the "
+                                                                  "<plan>.profile.json a run wrote, e.g. on a GPU "
+                                                                  "machine) instead of profiling --model."),
     devices: int = typer.Option(..., "--devices", "-d", min=1, help="Pipeline devices."),
     memory: str = typer.Option("80GB", "--memory", help="Memory per device, e.g. 80GB."),
     reserve: str = typer.Option("0", "--reserve", help="Memory per device taken before training (CUDA "
@@ -55,11 +58,22 @@ def plan(
     from tessel_dsl.placement.api import plan_model, table_lines
 
     shape = _batch_shape(batch_shape)
-    net = load_factory(model)()
+    if (model is None) == (profile is None):
+        raise typer.BadParameter("give --model to profile, or --profile to plan from a saved profile",
+                                 param_hint="--model")
+    saved = None
+    if profile is not None:
+        from tessel_dsl.placement.costs import Profile
+
+        saved = Profile.from_json(json.loads(profile.read_text()))
+        net, batch = None, None
+    else:
+        net = load_factory(model)()
+        batch = example_batch(net, shape)
     say = None if as_json else (lambda m: err_console.print(f"[dim]{m}[/]", highlight=False))
-    res = plan_model(net, example_batch(net, shape), devices=devices, memory=memory, reserve=reserve,
-                     microbatches=microbatches, budget=budget, output=output or Path("plan.json"), device=device, repeats=repeats,
-                     progress=say)
+    res = plan_model(net, batch, devices=devices, memory=memory, reserve=reserve, microbatches=microbatches,
+                     budget=budget, output=output or Path("plan.json"), device=device, repeats=repeats,
+                     profile=saved, progress=say)
     files = {k: str(v) for k, v in res.files.items()}
     if as_json:
         rows = [{"candidate": r.candidate, "schedule": r.schedule, "ms": r.ms, "gb_per_device": list(r.gb),

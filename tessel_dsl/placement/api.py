@@ -95,19 +95,20 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     cand = outcome.candidate
     files: dict[str, Path] = {}
     if output is not None:
-        files = write(plan, cand.text, cand.blocks, Path(output))
+        files = write(plan, cand.text, cand.blocks, Path(output), profile)
     return PlanResult(plan, outcome, profile, cand.blocks, cand.text, files)
 
 
 def paths(output: Path) -> dict[str, Path]:
     stem = output.name.removesuffix(".json")
     return {"plan": output, "spec": output.with_name(stem + ".tsl"),
-            "blocks": output.with_name(stem + ".blocks.json")}
+            "blocks": output.with_name(stem + ".blocks.json"), "profile": output.with_name(stem + ".profile.json")}
 
 
-def write(plan, spec_text: str, blocks: dict[str, list[str]], output: Path) -> dict[str, Path]:
-    """The plan (validated as `tessel search` writes it), its spec and its binding; each file is
-    written atomically, the plan last, so a plan on disk always has its spec and binding."""
+def write(plan, spec_text: str, blocks: dict[str, list[str]], output: Path, profile: Profile) -> dict[str, Path]:
+    """The plan (validated as `tessel search` writes it), its spec, its binding and the profile it
+    came from (`--profile` reads it back); each file is written atomically, the plan last, so a
+    plan on disk always has the others beside it."""
     from tessel_dsl.fileio import write_text_atomic
     from tessel_dsl.plan import plan_from_json, plan_to_json, save_plan
 
@@ -115,6 +116,7 @@ def write(plan, spec_text: str, blocks: dict[str, list[str]], output: Path) -> d
     where = paths(output)
     write_text_atomic(where["spec"], spec_text)
     write_text_atomic(where["blocks"], json.dumps(blocks, indent=1) + "\n")
+    write_text_atomic(where["profile"], json.dumps(profile.to_json(), indent=1) + "\n")
     save_plan(plan, where["plan"])
     return where
 
