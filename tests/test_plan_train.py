@@ -114,3 +114,50 @@ def test_a_memory_bound_plan_spreads_the_embedding_and_trains(tmp_path):
     want = ps.reference(llama, ps.llama_loss, data, 2)
     for r in run_ranks(trained, 2, out, llama, data, timeout=300):
         assert max(ps.rel(a, b) for a, b in zip(r["losses"], want)) <= 1e-5, r["rank"]
+
+
+def sharded(plan_path, build, data):
+    """One rank, with the spread blocks sharded by `tp_plans`."""
+    import torch.distributed as dist
+
+    from tessel_dsl.executor.block_map import read_blocks
+    from tessel_dsl.executor.pipeline import Pipeline
+    from tessel_dsl.placement.tp import tp_plans
+
+    blocks = read_blocks(str(plan_path).replace(".json", ".blocks.json"))
+    model = build()
+    pipe = Pipeline(str(plan_path), model, ps.llama_loss, blocks=blocks, tp=tp_plans(str(plan_path), blocks, model))
+    opt = ps.optimizer(pipe.param_groups())
+    losses = []
+    for x, y in data:
+        losses.append(pipe.step(x, y))
+        opt.step()
+        opt.zero_grad()
+    shapes = {n: tuple(getattr(p, "_local_tensor", p).shape) for n, p in pipe.named_parameters()}
+    return {"losses": losses, "rank": dist.get_rank(), "shapes": shapes}
+
+
+def test_embedding_and_head_spread_and_sharded_train_like_one_process(tmp_path):
+    """Embedding 20 GB of state, head 10 GB, layers 1 GB: at 18 GB a device only spreading both
+    fits (10 + 5 + 2 layers = 17 GB; any placement holding the embedding whole needs 22 GB).
+    With `tp_plans` the embedding is split by rows and the head by columns over the 2 ranks."""
+    from dataclasses import replace
+
+    from tessel_dsl.placement import plan_model, profile_model
+
+    measured = profile_model(llama(), torch.randint(0, VOCAB, (ROWS, SEQ)), repeats=1, warmup=0)
+    gb = {"embedding": 20, "layer": 1, "norm": 0, "head": 10}
+    ms = {"embedding": 1, "layer": 10, "norm": 1, "head": 1}
+    units = tuple(replace(u, forward=ms[u.kind] / 1e3, input_grad=ms[u.kind] / 1e3, weight_grad=ms[u.kind] / 1e3,
+                          params=int(gb[u.kind] * 1e9 / 16), param_bytes=int(gb[u.kind] * 1e9 / 4))
+                  for u in measured.units)
+    out = tmp_path / "plan.json"
+    res = plan_model(llama(), None, devices=2, memory="18GB", microbatches=2, output=out,
+                     profile=replace(measured, units=units))
+    assert res.best.candidate == "mshape-EH"
+    data = ps.batches(VOCAB, STEPS, ROWS * 2, SEQ)
+    want = ps.reference(llama, ps.llama_loss, data, 2)
+    for r in run_ranks(sharded, 2, out, llama, data, timeout=300):
+        assert r["shapes"]["model.embed_tokens.weight"] == (VOCAB // 2, 32)
+        assert r["shapes"]["lm_head.weight"] == (VOCAB // 2, 32)
+        assert max(ps.rel(a, b) for a, b in zip(r["losses"], want)) <= 1e-5, r["rank"]

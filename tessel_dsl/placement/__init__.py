@@ -6,7 +6,7 @@ the command line); `profile_model`, `candidates` and `choose` are its steps.
 """
 from __future__ import annotations
 
-__all__ = ["candidates", "choose", "plan_model", "profile_model"]
+__all__ = ["candidates", "choose", "plan_model", "profile_model", "tp_plans"]
 
 
 def __getattr__(name: str):
@@ -23,4 +23,7 @@ def __getattr__(name: str):
     if name == "plan_model":
         from tessel_dsl.placement.api import plan_model
         return plan_model
+    if name == "tp_plans":
+        from tessel_dsl.placement.tp import tp_plans
+        return tp_plans
     raise AttributeError(name)

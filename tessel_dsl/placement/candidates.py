@@ -11,7 +11,7 @@ submodule binding `Pipeline` takes.
   tensor-parallel over all devices and the rest a balanced chain -- only when their time or their
   weights are a large share of a stage's, where spreading them is worth asking about. Their
   costs are the profile's divided by D (ideal sharding); `Pipeline` runs them sharded when given
-  DTensor plans (`tp=`), replicated otherwise.
+  the DTensor plans of `tessel_dsl.placement.tp.tp_plans` (`tp=`), replicated otherwise.
 
 Each device's `reserve` is the weights, gradients and optimizer state of what it holds, so the
 search sees the room really left for activations.
@@ -196,8 +196,8 @@ def _candidate(name: str, groups: list[Group], devices: int, capacity: int, micr
               f"{'x'.join(map(str, profile.batch_shape))}")
     w = _Writer(name, groups, devices, capacity, microbatches, split, per_param, header)
     text = w.text(devices)
-    notes = tuple(f"{b} is costed as sharded over all {devices} devices: pass Pipeline a DTensor plan for it "
-                  f"(tp=) or it runs replicated" for b in spread)
+    notes = tuple(f"{b} is costed as sharded over all {devices} devices: pass Pipeline "
+                  f"tp=tessel_dsl.placement.tp_plans(plan, blocks, model) or it runs replicated" for b in spread)
     return Candidate(name, text, {g.name: g.modules for g in groups}, tuple(w.reserve), capacity, spread, notes)
 
 
