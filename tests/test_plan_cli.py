@@ -24,7 +24,7 @@ def test_plan_writes_the_plan_its_spec_and_binding(tmp_path):
 
     out = tmp_path / "plan.json"
     r = _invoke(["plan", "--model", "tests.test_plan_train:llama", "--devices", "2", "--memory", "1GB",
-                 "--batch-shape", "2x8", "-n", "4", "--repeats", "1", "-o", str(out), "--json"])
+                 "--batch-shape", "2x8", "-n", "4", "--repeats", "1", "--budget", "30", "-o", str(out), "--json"])
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)
     plan = load_plan(out)
@@ -38,15 +38,27 @@ def test_plan_writes_the_plan_its_spec_and_binding(tmp_path):
     assert sorted(m for ms in blocks.values() for m in ms) == sorted(
         ["model.embed_tokens", "model.norm", "lm_head"] + [f"model.layers.{i}" for i in range(4)])
     assert report["device"] == "cpu"
-    # planning again from the profile it saved gives the same plan: the choice, without --budget,
-    # depends on the profile alone
-    again = tmp_path / "again.json"
-    r = _invoke(["plan", "--profile", str(tmp_path / "plan.profile.json"), "--devices", "2", "--memory", "1GB",
-                 "-n", "4", "-o", str(again), "--json"])
-    assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["chosen"] == chosen
-    same = [{k: v for k, v in json.loads(f.read_text()).items() if k != "search"} for f in (again, out)]
-    assert same[0] == same[1]  # spec, schedule, programs (only the search's seconds differ)
+    assert json.loads((tmp_path / "plan.profile.json").read_text())["device"] == "cpu"
+
+
+def test_planning_twice_from_a_saved_profile_gives_the_same_plan(tmp_path):
+    """Without --budget the choice depends on the profile alone (a profile fixed by hand here:
+    measured ones differ from run to run)."""
+    from tessel_dsl.placement.costs import Profile, Unit
+
+    def unit(name, kind, ms):
+        return Unit(name, (name,), ms / 1e3, ms / 1e3, ms / 1e3, 10**6, 10**5, 4 * 10**6, 10**6, kind)
+
+    units = [unit("embed", "embedding", 1)] + [unit(f"l{i}", "layer", 4 + i % 2) for i in range(6)]
+    saved = tmp_path / "p.profile.json"
+    saved.write_text(json.dumps(Profile(tuple(units + [unit("head", "head", 6)])).to_json()))
+    plans = []
+    for name in ("a.json", "b.json"):
+        r = _invoke(["plan", "--profile", str(saved), "--devices", "2", "-n", "4", "-o", str(tmp_path / name),
+                     "--json"])
+        assert r.exit_code == 0, r.output
+        plans.append({k: v for k, v in json.loads((tmp_path / name).read_text()).items() if k != "search"})
+    assert plans[0] == plans[1]  # spec, schedule, programs (only the search's seconds differ)
 
 
 def test_a_tied_model_and_a_bad_batch_shape_are_plain_errors(tmp_path):
