@@ -13,7 +13,7 @@ from tessel_dsl.errors import TesselError
 from tessel_dsl.cli.app import app, err_console
 
 # Verb modules register their commands on `app` when imported.
-_VERBS = ("check", "search", "compare", "simulate", "harness", "run", "export", "profile")
+_VERBS = ("check", "search", "compare", "simulate", "harness", "run", "export", "profile", "plan")
 # The command each module registers, where its name differs from the module's.
 _COMMANDS = {"test": "harness", "import": "export"}
 

@@ -1,0 +1,94 @@
+"""`tessel plan`: from a model to its plan -- profile, candidate placements, search, choice."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from tessel_dsl.cli.app import app, err_console
+
+
+def _batch_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(x) for x in text.lower().replace(",", "x").split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise typer.BadParameter(f"expected sizes such as 2x128, got {text!r}", param_hint="--batch-shape")
+    return shape
+
+
+def example_batch(model, shape: tuple[int, ...]):
+    """Token ids of `shape` below the model's vocabulary (`config.vocab_size`, else 2)."""
+    import torch
+
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 2
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(0))
+
+
+@app.command()
+def plan(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Factory of the nn.Module as MODULE:FACTORY."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Plan from a saved profile (the "
+                                                                  "<plan>.profile.json a run wrote, e.g. on a GPU "
+                                                                  "machine) instead of profiling --model."),
+    devices: int = typer.Option(..., "--devices", "-d", min=1, help="Pipeline devices."),
+    memory: str = typer.Option("80GB", "--memory", help="Memory per device, e.g. 80GB."),
+    reserve: str = typer.Option("0", "--reserve", help="Memory per device taken before training (CUDA "
+                                                       "context, buffers), e.g. 4GB."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
+                                               help="Micro-batches per iteration (default: 4 x devices)."),
+    batch_shape: str = typer.Option("1x128", "--batch-shape", help="One micro-batch of token ids, e.g. 2x128."),
+    budget: Optional[float] = typer.Option(None, "--budget", min=0.01,
+                                           help="Seconds for all the searches together (default: none, "
+                                                "each runs to its end)."),
+    device: Optional[str] = typer.Option(None, "--device", help="Where to profile: cpu, cuda or cuda:N "
+                                                                "(default: cuda if available)."),
+    repeats: int = typer.Option(5, "--repeats", min=1, help="Timed runs per unit; the median is kept."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="The plan to write (default: plan.json here); its spec (.tsl) "
+                                               "and binding (.blocks.json) go beside it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table and the choice as JSON."),
+) -> None:
+    """Profile a model, generate candidate placements, search each against the baselines and write
+    the shortest plan that fits memory, with its spec and block binding."""
+    from tessel_dsl.executor.model_api import load_factory
+    from tessel_dsl.placement.api import plan_model, table_lines
+
+    shape = _batch_shape(batch_shape)
+    if (model is None) == (profile is None):
+        raise typer.BadParameter("give --model to profile, or --profile to plan from a saved profile",
+                                 param_hint="--model")
+    saved = None
+    if profile is not None:
+        from tessel_dsl.placement.costs import Profile
+
+        saved = Profile.from_json(json.loads(profile.read_text()))
+        net, batch = None, None
+    else:
+        net = load_factory(model)()
+        batch = example_batch(net, shape)
+    say = None if as_json else (lambda m: err_console.print(f"[dim]{m}[/]", highlight=False))
+    res = plan_model(net, batch, devices=devices, memory=memory, reserve=reserve, microbatches=microbatches,
+                     budget=budget, output=output or Path("plan.json"), device=device, repeats=repeats,
+                     profile=saved, progress=say)
+    files = {k: str(v) for k, v in res.files.items()}
+    if as_json:
+        rows = [{"candidate": r.candidate, "schedule": r.schedule, "ms": r.ms, "gb_per_device": list(r.gb),
+                 "fits": r.fits, "reason": r.reason} for r in res.outcome.rows]
+        typer.echo(json.dumps({"device": res.profile.device, "profile_seconds": res.profile.seconds,
+                               "rows": rows, "chosen": {"candidate": res.best.candidate,
+                                                        "schedule": res.best.schedule},
+                               "why": res.outcome.why, "files": files}, indent=1))
+        return
+    # plain lines: the table and the Pipeline call are meant to be copied, never wrapped
+    typer.echo(f"profiled {len(res.profile.units)} units on {res.profile.device} in "
+               f"{res.profile.seconds:.1f}s; {res.plan.schedule.microbatches} micro-batches per iteration")
+    typer.echo("\n".join(table_lines(res.outcome)))
+    typer.echo(f"chosen: {res.outcome.why}")
+    for note in res.outcome.candidate.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"wrote {files['plan']}, {files['spec']}, {files['blocks']}; train with "
+               f"Pipeline({files['plan']!r}, model, loss_fn, blocks={files['blocks']!r})")

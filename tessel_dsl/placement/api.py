@@ -1,0 +1,134 @@
+"""`plan_model`: from an `nn.Module` and one example micro-batch to the plan, its spec and its
+block binding, written side by side so that `Pipeline` needs nothing else."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tessel_dsl.errors import TesselError
+from tessel_dsl.placement.choose import Choice, Outcome
+from tessel_dsl.placement.costs import Profile
+from tessel_dsl.units import MEMORY_UNITS
+
+
+def parse_bytes(text: str | int, what: str = "memory") -> int:
+    """``80GB`` -> 80e9 (an int is taken as bytes)."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or (m.group(2) or "B") not in MEMORY_UNITS:
+        raise TesselError(f"{what}: expected a size such as 80GB, got {text!r}")
+    return int(float(m.group(1)) * MEMORY_UNITS[m.group(2) or "B"])
+
+
+@dataclass
+class PlanResult:
+    """What `plan_model` found: the plan, the candidates' table, the profile and the files."""
+
+    plan: object
+    outcome: Outcome
+    profile: Profile
+    blocks: dict[str, list[str]]
+    spec_text: str
+    files: dict[str, Path]
+
+    @property
+    def best(self) -> Choice:
+        return self.outcome.best
+
+
+def tied_error(profile: Profile) -> TesselError:
+    pairs = ", ".join(f"{a} and {b}" for a, b in profile.tied)
+    return TesselError(
+        f"units {pairs} share a parameter (tied embedding and head, as with tie_word_embeddings=True): "
+        f"Pipeline keeps each parameter in one block, and every candidate puts these units in different "
+        f"blocks. Build the model untied (e.g. config.tie_word_embeddings=False, which gives the head its "
+        f"own weight), or write a placement with the embedding and the head in one block yourself")
+
+
+def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB", reserve: str | int = 0,
+               microbatches: int | None = None, budget: float | None = None, output: str | os.PathLike | None = None,
+               device=None, repeats: int = 5, warmup: int = 2, units: list[list[str]] | None = None,
+               baselines: bool = True, profile: Profile | None = None, progress=None) -> PlanResult:
+    """Profile `model` on `example_batch` (one micro-batch of what its forward takes), generate the
+    candidate placements over `devices` devices with `memory` each (less `reserve`: CUDA context,
+    buffers), search each against the baselines and return the shortest plan that fits.
+
+    `microbatches` defaults to 4 x devices; `budget` caps the searches' total seconds (without it
+    every search runs to its end and the choice is deterministic for a given profile). With
+    `output` (``plan.json``), writes the plan there, its spec beside it (``plan.tsl``) and the
+    binding (``plan.blocks.json``): ``Pipeline("plan.json", model, loss_fn,
+    blocks="plan.blocks.json")``. A `profile` given is used instead of profiling.
+    """
+    from tessel_dsl.placement.candidates import candidates
+    from tessel_dsl.placement.choose import choose
+    from tessel_dsl.plan import make_plan
+
+    if devices < 1:
+        raise TesselError(f"devices must be at least 1, got {devices}")
+    capacity = parse_bytes(memory) - parse_bytes(reserve, "reserve")
+    if capacity <= 0:
+        raise TesselError(f"no memory left: {memory} less a reserve of {reserve}")
+    n = microbatches or 4 * devices
+    if profile is None:
+        from tessel_dsl.placement.profile import profile_model
+
+        if progress:
+            progress("profiling")
+        profile = profile_model(model, example_batch, device=device, repeats=repeats, warmup=warmup, units=units)
+    if profile.tied:
+        raise tied_error(profile)
+    try:
+        cands = candidates(profile, devices, capacity, n)
+    except ValueError as e:
+        raise TesselError(str(e)) from None
+    outcome = choose(cands, n, budget=budget, baselines=baselines, progress=progress)
+    if outcome.best is None:
+        least = min((r for r in outcome.rows if r.gb), key=lambda r: r.peak_gb, default=None)
+        need = f"; the least any needs is {least.peak_gb:.3g} GB ({least.schedule} on {least.candidate})" if least else ""
+        raise TesselError(f"no candidate fits in {capacity / 1e9:.3g} GB per device{need}: use more devices "
+                          f"or fewer micro-batches")
+    plan = make_plan(outcome.spec, outcome.schedule, outcome.info)
+    cand = outcome.candidate
+    files: dict[str, Path] = {}
+    if output is not None:
+        files = write(plan, cand.text, cand.blocks, Path(output), profile)
+    return PlanResult(plan, outcome, profile, cand.blocks, cand.text, files)
+
+
+def paths(output: Path) -> dict[str, Path]:
+    stem = output.name.removesuffix(".json")
+    return {"plan": output, "spec": output.with_name(stem + ".tsl"),
+            "blocks": output.with_name(stem + ".blocks.json"), "profile": output.with_name(stem + ".profile.json")}
+
+
+def write(plan, spec_text: str, blocks: dict[str, list[str]], output: Path, profile: Profile) -> dict[str, Path]:
+    """The plan (validated as `tessel search` writes it), its spec, its binding and the profile it
+    came from (`--profile` reads it back); each file is written atomically, the plan last, so a
+    plan on disk always has the others beside it."""
+    from tessel_dsl.fileio import write_text_atomic
+    from tessel_dsl.plan import plan_from_json, plan_to_json, save_plan
+
+    plan_from_json(plan_to_json(plan), str(output))  # what Pipeline will load: check it first
+    where = paths(output)
+    write_text_atomic(where["spec"], spec_text)
+    write_text_atomic(where["blocks"], json.dumps(blocks, indent=1) + "\n")
+    write_text_atomic(where["profile"], json.dumps(profile.to_json(), indent=1) + "\n")
+    save_plan(plan, where["plan"])
+    return where
+
+
+def table_lines(outcome: Outcome) -> list[str]:
+    """The candidates' table as plain text, the winner marked with *."""
+    head = f"  {'candidate':<15} {'schedule':<17} {'ms/iter':>10} {'GB/device':>10}  fits"
+    out = [head]
+    for r in outcome.rows:
+        mark = "*" if r is outcome.best else " "
+        ms = f"{r.ms:.4g}" if r.ms is not None else "-"
+        gb = f"{r.peak_gb:.3g}" if r.gb else "-"
+        fits = "yes" if r.fits else "no" + (f" ({r.reason})" if r.reason else "")
+        out.append(f"{mark} {r.candidate:<15} {r.schedule:<17} {ms:>10} {gb:>10}  {fits}")
+    return out

@@ -1,0 +1,258 @@
+"""Candidate placements for a profiled model, each a `.tsl` text with costs and the block ->
+submodule binding `Pipeline` takes.
+
+* ``chain``: D stages, cut so that their forward + backward times are as even as they can be
+  (embedding and head included in the first and last stage); ``chain-split`` the same with the
+  backward split into input and weight gradient (what ZB-H1 and the search's split schedules use);
+* ``interleaved-C``: D*C balanced chunks, chunk k on device k mod D (Megatron's interleaving);
+* ``v-split``: 2D balanced chunks in a V (chunk k on device k, then back from D-1 to 0), split
+  backward, ZB-V's placement;
+* ``mshape-E``, ``mshape-H``, ``mshape-EH``: the embedding, the head (with the final norm), or both
+  tensor-parallel over all devices and the rest a balanced chain -- only when their time or their
+  weights are a large share of a stage's, where spreading them is worth asking about. Their
+  costs are the profile's divided by D (ideal sharding); `Pipeline` runs them sharded when given
+  the DTensor plans of `tessel_dsl.placement.tp.tp_plans` (`tp=`), replicated otherwise.
+
+Each device's `reserve` is the weights, gradients and optimizer state of what it holds, so the
+search sees the room really left for activations.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from tessel_dsl.interop.profiled_spec import nice_floor
+from tessel_dsl.placement.costs import ADAM_BYTES_PER_PARAM, Profile, Unit
+from tessel_dsl.units import round_units
+
+# Largest action of a candidate in time units: fine enough to rank candidates within a few per
+# cent, coarse enough to keep the search quick.
+TIME_STEPS = 50
+MEMORY_STEPS = 100
+MAX_CHUNKS = 4
+# Spreading the embedding or the head is asked about when its time or its weights are at least
+# this share of a balanced stage's.
+SPREAD_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Group:
+    """One forward block: units on devices (split evenly over them when there are several)."""
+
+    name: str
+    units: tuple[Unit, ...]
+    devices: tuple[int, ...]
+
+    def _share(self, x: float) -> float:
+        return x / len(self.devices)
+
+    @property
+    def forward(self) -> float:
+        return self._share(sum(u.forward for u in self.units))
+
+    @property
+    def input_grad(self) -> float:
+        return self._share(sum(u.input_grad for u in self.units))
+
+    @property
+    def weight_grad(self) -> float:
+        return self._share(sum(u.weight_grad for u in self.units))
+
+    @property
+    def activation_bytes(self) -> float:
+        return self._share(sum(u.activation_bytes for u in self.units) + self.units[0].input_bytes)
+
+    def state_bytes(self, per_param: int) -> float:
+        return self._share(sum(u.state_bytes(per_param) for u in self.units))
+
+    @property
+    def modules(self) -> list[str]:
+        return [m for u in self.units for m in u.modules]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    text: str                                  # the .tsl spec
+    blocks: dict[str, list[str]]               # forward block -> submodule names
+    reserve_bytes: tuple[float, ...]           # per device: weights, gradients, optimizer state
+    capacity_bytes: int
+    spread: tuple[str, ...] = ()               # blocks costed as sharded over their devices
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def weights_fit(self) -> bool:
+        return max(self.reserve_bytes) <= self.capacity_bytes
+
+
+def balanced_cuts(costs: list[float], parts: int) -> list[int]:
+    """Where each of `parts` contiguous, non-empty groups of `costs` begins, chosen to make the
+    largest group sum as small as it can be (the earliest such cut wins a tie)."""
+    n = len(costs)
+    if not 1 <= parts <= n:
+        raise ValueError(f"cannot cut {n} units into {parts} non-empty stages")
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = math.inf
+    # best[k][i]: the smallest largest sum cutting costs[:i] into k groups; at[k][i]: its last cut
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    at = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0.0
+    for k in range(1, parts + 1):
+        for i in range(k, n - (parts - k) + 1):
+            for j in range(k - 1, i):
+                v = max(best[k - 1][j], prefix[i] - prefix[j])
+                if v < best[k][i] - 1e-15:
+                    best[k][i], at[k][i] = v, j
+    cuts, i = [], n
+    for k in range(parts, 0, -1):
+        i = at[k][i]
+        cuts.append(i)
+    return cuts[::-1]
+
+
+def _split(units: list[Unit], parts: int) -> list[tuple[Unit, ...]]:
+    cuts = balanced_cuts([u.time for u in units], parts) + [len(units)]
+    return [tuple(units[a:b]) for a, b in itertools.pairwise(cuts)]
+
+
+# -- .tsl text -----------------------------------------------------------------------------------
+
+_TIME = (("s", 10**9), ("ms", 10**6), ("us", 10**3), ("ns", 1))
+_MEM = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3), ("B", 1))
+
+
+def _text(amount: int, table) -> str:
+    """An integer amount of the base unit (ns, bytes) in the largest unit it is a whole number of."""
+    for label, scale in table:
+        if amount % scale == 0 and amount >= scale:
+            return f"{amount // scale}{label}"
+    return f"{amount}{table[-1][0]}"
+
+
+class _Writer:
+    def __init__(self, name: str, groups: list[Group], devices: int, capacity: int, microbatches: int,
+                 split: bool, per_param: int, header: str):
+        self.groups, self.split = groups, split
+        longest = max(max(g.forward, g.input_grad + g.weight_grad) for g in groups)
+        self.t_res = max(1, round(nice_floor(max(longest, 1e-9) / TIME_STEPS) * 1e9))  # ns
+        biggest = max(g.activation_bytes for g in groups)
+        self.m_res = max(1, int(nice_floor(max(biggest, 1.0) / MEMORY_STEPS)))
+        self.reserve = [0.0] * devices
+        for g in groups:
+            for d in g.devices:
+                self.reserve[d] += g.state_bytes(per_param)
+        self.lines = [f"# {h}" for h in header.splitlines()] + [
+            f"placement {name.replace('-', '_')}", f"resolution time {_text(self.t_res, _TIME)}",
+            f"resolution memory {_text(self.m_res, _MEM)}", f"devices {devices}"]
+        cap_units = capacity // self.m_res
+        self.lines.append(f"memory {self.mem(cap_units)}")
+        for d in range(devices):
+            r = min(math.ceil(self.reserve[d] / self.m_res), cap_units)
+            if r:
+                self.lines.append(f"memory {self.mem(cap_units)} reserve {self.mem(r)} on {d}")
+        self.lines += [f"microbatches {microbatches}", "mode train", ""]
+
+    def time(self, seconds: float) -> str:
+        return _text(max(1, round_units(seconds * 1e9 / self.t_res, positive=True)) * self.t_res, _TIME)
+
+    def mem(self, units: int) -> str:
+        return _text(units * self.m_res, _MEM) if units else "0"
+
+    def act(self, g: Group) -> int:
+        return max(1, round_units(g.activation_bytes / self.m_res, positive=True))
+
+    def text(self, devices: int) -> str:
+        def on(g: Group) -> str:
+            return "all" if len(g.devices) == devices > 1 else ",".join(map(str, g.devices))
+
+        for g in self.groups:
+            a = self.act(g)
+            if self.split:
+                self.lines += [f"forward {g.name} on {on(g)} time {self.time(g.forward)} memory {self.mem(a)}",
+                               f"input_grad I{g.name[1:]} of {g.name} time {self.time(g.input_grad)}",
+                               (f"weight_grad W{g.name[1:]} of {g.name} time {self.time(g.weight_grad)} "
+                               f"memory -{self.mem(a)}"),
+                               f"I{g.name[1:]} -> W{g.name[1:]}"]
+            else:
+                self.lines.append(f"forward {g.name} on {on(g)} time {self.time(g.forward)} memory {self.mem(a)} "
+                                  f"grad time {self.time(g.input_grad + g.weight_grad)}")
+        names = [g.name for g in self.groups]
+        self.lines.append("")
+        self.lines += [f"{a} -> {b}" for a, b in itertools.pairwise(names)]
+        if self.split:
+            self.lines.append(f"{names[-1]} -> I{names[-1][1:]}")
+            self.lines += [f"I{b[1:]} -> I{a[1:]}" for a, b in itertools.pairwise(names)]
+        else:
+            self.lines.append("derive backward")
+        return "\n".join(self.lines) + "\n"
+
+
+def _candidate(name: str, groups: list[Group], devices: int, capacity: int, microbatches: int, split: bool,
+               per_param: int, profile: Profile, spread: tuple[str, ...] = ()) -> Candidate:
+    header = (f"{name}: generated by `tessel plan` from a profile on {profile.device}, micro-batch "
+              f"{'x'.join(map(str, profile.batch_shape))}")
+    w = _Writer(name, groups, devices, capacity, microbatches, split, per_param, header)
+    text = w.text(devices)
+    notes = tuple(f"{b} is costed as sharded over all {devices} devices: pass Pipeline "
+                  f"tp=tessel_dsl.placement.tp_plans(plan, blocks, model) or it runs replicated" for b in spread)
+    return Candidate(name, text, {g.name: g.modules for g in groups}, tuple(w.reserve), capacity, spread, notes)
+
+
+def _chain_groups(units: list[Unit], parts: int, device_of) -> list[Group]:
+    return [Group(f"F{k}", g, (device_of(k),)) for k, g in enumerate(_split(units, parts))]
+
+
+def candidates(profile: Profile, devices: int, capacity_bytes: int, microbatches: int, *,
+               per_param: int = ADAM_BYTES_PER_PARAM, max_chunks: int = MAX_CHUNKS) -> list[Candidate]:
+    """Every candidate placement of `profile` over `devices` devices with `capacity_bytes` each."""
+    units = list(profile.units)
+    if devices > len(units):
+        raise ValueError(f"{devices} devices but only {len(units)} units to place: use at most {len(units)}")
+    D = devices
+
+    def make(name, groups, split, spread=()):
+        return _candidate(name, groups, D, capacity_bytes, microbatches, split, per_param, profile, spread)
+
+    out = [make("chain", _chain_groups(units, D, lambda k: k), False)]
+    if D == 1:
+        return out
+    out.append(make("chain-split", _chain_groups(units, D, lambda k: k), True))
+    for c in range(2, max_chunks + 1):
+        if D * c <= len(units):
+            out.append(make(f"interleaved-{c}", _chain_groups(units, D * c, lambda k: k % D), False))
+    if 2 * D <= len(units):
+        out.append(make("v-split", _chain_groups(units, 2 * D, lambda k: k if k < D else 2 * D - 1 - k), True))
+    out += _mshapes(units, D, make, per_param)
+    return out
+
+
+def _mshapes(units: list[Unit], D: int, make, per_param: int) -> list[Candidate]:
+    """The embedding and/or the head spread over all devices, the rest a balanced chain."""
+    stage_time = sum(u.time for u in units) / D
+    stage_state = sum(u.state_bytes(per_param) for u in units) / D
+    embed = [u for u in units if u.kind == "embedding"]
+    k = len(units)
+    while k > 0 and units[k - 1].kind in ("norm", "head"):
+        k -= 1
+    head = units[k:]
+
+    def worth(us: list[Unit]) -> bool:
+        return bool(us) and (sum(u.time for u in us) >= SPREAD_SHARE * stage_time
+                             or sum(u.state_bytes(per_param) for u in us) >= SPREAD_SHARE * stage_state)
+
+    every = tuple(range(D))
+    out = []
+    for tag, e, h in (("E", True, False), ("H", False, True), ("EH", True, True)):
+        if (e and not worth(embed)) or (h and not worth(head)):
+            continue
+        rest = units[len(embed) if e else 0:k if h else len(units)]
+        if len(rest) < D:
+            continue
+        groups = ([Group("E", tuple(embed), every)] if e else []) + _chain_groups(rest, D, lambda i: i)
+        if h:
+            groups.append(Group("H", tuple(head), every))
+        out.append(make(f"mshape-{tag}", groups, False, tuple(n for n, on in (("E", e), ("H", h)) if on)))
+    return out

@@ -1,0 +1,65 @@
+"""What the profile of a model holds, in seconds and bytes (no torch here: candidates and tests
+build on it alone)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Adam keeps two fp32 moments per parameter: 8 bytes per parameter beyond weights and gradients.
+ADAM_BYTES_PER_PARAM = 8
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One piece a stage boundary may fall between: the embedding, a decoder layer, the final
+    norm, the head. `modules` are its submodules' fully qualified names, in call order."""
+
+    name: str
+    modules: tuple[str, ...]
+    forward: float              # seconds per micro-batch
+    input_grad: float           # seconds: gradient with respect to its inputs
+    weight_grad: float          # seconds: gradient with respect to its parameters
+    activation_bytes: int       # what one micro-batch keeps from forward to backward
+    input_bytes: int = 0        # the tensors it receives (kept by a stage that begins with it)
+    param_bytes: int = 0
+    params: int = 0             # number of parameters
+    kind: str = "layer"         # embedding, layer, norm or head
+
+    @property
+    def backward(self) -> float:
+        return self.input_grad + self.weight_grad
+
+    @property
+    def time(self) -> float:
+        """Forward and backward of one micro-batch."""
+        return self.forward + self.backward
+
+    def state_bytes(self, optimizer_bytes_per_param: int = ADAM_BYTES_PER_PARAM) -> int:
+        """Weights, their gradients and the optimizer state."""
+        return 2 * self.param_bytes + optimizer_bytes_per_param * self.params
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every unit of a model in forward order, and where they were measured."""
+
+    units: tuple[Unit, ...]
+    device: str = "cpu"
+    batch_shape: tuple[int, ...] = ()
+    seconds: float = 0.0        # how long profiling took
+    tied: tuple[tuple[str, str], ...] = field(default=())  # units sharing a parameter
+
+    @property
+    def total_time(self) -> float:
+        return sum(u.time for u in self.units)
+
+    def to_json(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Profile:
+        """A profile saved with `to_json` (e.g. measured on a GPU machine, planned elsewhere)."""
+        units = tuple(Unit(**{**u, "modules": tuple(u["modules"])}) for u in data["units"])
+        return cls(units, data.get("device", ""), tuple(data.get("batch_shape", ())), data.get("seconds", 0.0),
+                   tuple(tuple(p) for p in data.get("tied", ())))

@@ -1,0 +1,34 @@
+"""DTensor plans for the blocks a plan spreads over several devices (the M-shape's E and H), so
+that `Pipeline` shards them as the candidate's costs assumed instead of running them whole on
+each device: embeddings row-wise over the vocabulary, the head column-wise with the logits left
+sharded for `loss_parallel`. Other submodules of such a block (the final norm) stay replicated."""
+from __future__ import annotations
+
+from torch import nn
+
+
+def tp_plans(plan, blocks: dict[str, list[str]], model: nn.Module) -> dict[str, dict]:
+    """``tp=`` for `Pipeline(plan, model, loss_fn, blocks=blocks, tp=...)`; empty when no block
+    is on several devices. `plan` is a Plan or a plan file."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    if not hasattr(plan, "spec"):
+        from tessel_dsl.plan import load_plan
+
+        plan = load_plan(plan)
+    spec = plan.spec
+    out: dict[str, dict] = {}
+    for b, mods in blocks.items():
+        if len(spec.block(b).devices) < 2:
+            continue
+        styles = {}
+        for f in mods:
+            m = model.get_submodule(f)
+            if isinstance(m, nn.Embedding):
+                styles[f] = RowwiseParallel(input_layouts=Replicate())
+            elif isinstance(m, nn.Linear) and f == mods[-1]:
+                styles[f] = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+        if styles:
+            out[b] = styles
+    return out
