@@ -27,8 +27,23 @@ import os
 import time
 from pathlib import Path
 
-from gpu_common import (BRANCHES, ENCDEC, GPT, HEADER, PLANS, arg_parser, costed, gpu_info, make_plan, record, row,
-                        run_plan, sizes, torch_1f1b, write_results)
+from gpu_common import (
+    BRANCHES,
+    ENCDEC,
+    GPT,
+    HEADER,
+    PLANS,
+    arg_parser,
+    costed,
+    gpu_info,
+    make_plan,
+    record,
+    row,
+    run_plan,
+    sizes,
+    torch_1f1b,
+    write_results,
+)
 
 N_TRAIN = 32
 N_INFER = (1, 8, 32, 128)

@@ -36,8 +36,20 @@ import threading
 import time
 from pathlib import Path
 
-from gpu_common import (GPT, PLANS, ROOT, arg_parser, costed, gpu_info, join_group, make_plan, record, sizes, smoke,
-                        write_results)
+from gpu_common import (
+    GPT,
+    PLANS,
+    ROOT,
+    arg_parser,
+    costed,
+    gpu_info,
+    join_group,
+    make_plan,
+    record,
+    sizes,
+    smoke,
+    write_results,
+)
 
 N = 16
 CHAIN = {"hidden": 4096, "batch": 4096, "dtype": "bf16"}

@@ -42,9 +42,9 @@ def costed(spec, times: dict[str, int], memory: dict[str, int] | None = None, ca
 
 def make_plan(spec, schedule: str, n: int, path: Path, blocking: bool = False, time_limit: float = 120) -> dict:
     """Search (or build a baseline) and lower; save the plan; return a line for the log."""
-    from tessel_dsl.search import baselines
     from tessel_dsl.lower import lower
     from tessel_dsl.plan import Plan, SearchInfo, save_plan
+    from tessel_dsl.search import baselines
 
     t = time.time()
     if schedule == "tessel":
@@ -140,7 +140,8 @@ def _torch_1f1b_rank(rank: int, world: int, port: int, n: int, steps: int, warmu
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     from tessel_dsl.executor.models.common import lm_loss, seeded, split_evenly
-    from tessel_dsl.executor.models.gpt import GPT as Model, Config
+    from tessel_dsl.executor.models.gpt import GPT as Model
+    from tessel_dsl.executor.models.gpt import Config
 
     dev = join_group(rank, world, port)
     cfg = Config.of(sizes("gpt", GPT))

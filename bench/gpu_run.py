@@ -12,8 +12,21 @@ from __future__ import annotations
 
 import time
 
-from gpu_common import (GPT, HEADER, PLANS, arg_parser, costed, gpu_info, make_plan, record, row, run_plan, sizes,
-                        torch_1f1b, write_results)
+from gpu_common import (
+    GPT,
+    HEADER,
+    PLANS,
+    arg_parser,
+    costed,
+    gpu_info,
+    make_plan,
+    record,
+    row,
+    run_plan,
+    sizes,
+    torch_1f1b,
+    write_results,
+)
 
 N = 16
 

@@ -55,7 +55,8 @@ def _setup():
 
 def _model(device):
     from tessel_dsl.executor.models.common import seeded
-    from tessel_dsl.executor.models.gpt import GPT as Model, Config
+    from tessel_dsl.executor.models.gpt import GPT as Model
+    from tessel_dsl.executor.models.gpt import Config
 
     cfg = Config.of(sizes("gpt", GPT))
     return cfg, seeded(Model, cfg, device)

@@ -121,6 +121,7 @@ def plans(costs: Path) -> None:
     On the zero-bubble specs the baselines ZB-H1 and ZB-V are built on the same costs too, and
     their simulated length is kept beside the search's (what `tessel compare` prints)."""
     from gpu_common import make_plan
+
     from tessel_dsl.plan import write_json_atomic
     from tessel_dsl.search import baselines
 

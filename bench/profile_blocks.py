@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from tessel_dsl.executor.model_api import TensorMeta, forward_preds, forward_succs  # noqa: E402
 from tessel_dsl.executor.measure import measure  # noqa: E402
-from tessel_dsl.ir import Block, Edge, Kind, Spec  # noqa: E402
+from tessel_dsl.executor.model_api import TensorMeta, forward_preds, forward_succs  # noqa: E402
 from tessel_dsl.interop.profiled_spec import apply_measurements, spec_to_tsl  # noqa: E402
+from tessel_dsl.ir import Block, Edge, Kind, Spec  # noqa: E402
 
 
 def chain_spec(stages: int, split: bool) -> Spec:

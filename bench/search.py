@@ -54,9 +54,9 @@ def _pct(x: float) -> str:
 
 def bench_one(path: Path, mode: str, d: int, args) -> dict:
     """Search once per repeat, re-extend to every N, and solve TO at the small N."""
-    from tessel_dsl.search.optimal import OptimalTimeout, optimal
     from tessel_dsl.search.driver import search
     from tessel_dsl.search.finish import reextend
+    from tessel_dsl.search.optimal import OptimalTimeout, optimal
 
     spec = parse_file(path, sets={"D": str(d)}, mode=mode)
     row = {"spec": path.stem, "mode": mode, "D": d}

@@ -73,8 +73,8 @@ def probe(row: str, k: str, periods: str, *, effort: float) -> None:
     """Is a repetend holding each block `k` times feasible at each period? (feasible / infeasible /
     unknown within `effort`), with the CPU seconds of each solve."""
     from tessel_dsl.search.copies import unroll
-    from tessel_dsl.search.period_walk import cyclic_nr_limit
     from tessel_dsl.search.modulo import solve_period
+    from tessel_dsl.search.period_walk import cyclic_nr_limit
     from tessel_dsl.search.timescale import divide_spec, time_unit
 
     spec = load(row)

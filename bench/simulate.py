@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tessel_dsl.simulator import simulate  # noqa: E402
-from tessel_dsl.search import baselines  # noqa: E402
 from tessel_dsl.ir import Block, Edge, Kind, Link, Spec  # noqa: E402
 from tessel_dsl.lower import lower  # noqa: E402
+from tessel_dsl.search import baselines  # noqa: E402
+from tessel_dsl.simulator import simulate  # noqa: E402
 
 
 def vshape(d: int) -> Spec:

@@ -152,8 +152,8 @@ def main() -> None:
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
         losses = train(args, plan)
     else:
-        from tessel_dsl.executor.pipeline import Pipeline
         from tessel_dsl.executor.local_ranks import run_ranks
+        from tessel_dsl.executor.pipeline import Pipeline
 
         # Names, batch and world checked here, in about a second, before any rank starts.
         world = plan.spec.devices * args.replicas

@@ -27,8 +27,16 @@ from collections import Counter
 from tessel_dsl.analysis import forwards_not_ancestors
 from tessel_dsl.errors import PlanError, ScheduleError
 from tessel_dsl.ir import Kind, Spec
-from tessel_dsl.limits import (MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICROBATCHES, MAX_NAME, MAX_QUANTITY,
-                               MAX_TENSOR_BYTES, MAX_TENSOR_DIMS)
+from tessel_dsl.limits import (
+    MAX_BLOCKS,
+    MAX_DEVICES,
+    MAX_INSTANCES,
+    MAX_MICROBATCHES,
+    MAX_NAME,
+    MAX_QUANTITY,
+    MAX_TENSOR_BYTES,
+    MAX_TENSOR_DIMS,
+)
 from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.spec_rules import limit_problems, memory_problems, mode_problems

@@ -17,8 +17,16 @@ import math
 from tessel_dsl.analysis import microbatch_memory
 from tessel_dsl.errors import Diagnostic, Location
 from tessel_dsl.ir import Kind, Mode, Spec
-from tessel_dsl.limits import (MAX_BLOCKS, MAX_DEVICES, MAX_INSTANCES, MAX_MICROBATCHES, MAX_NAME, MAX_QUANTITY,
-                               MAX_TENSOR_BYTES, MAX_TENSOR_DIMS)
+from tessel_dsl.limits import (
+    MAX_BLOCKS,
+    MAX_DEVICES,
+    MAX_INSTANCES,
+    MAX_MICROBATCHES,
+    MAX_NAME,
+    MAX_QUANTITY,
+    MAX_TENSOR_BYTES,
+    MAX_TENSOR_DIMS,
+)
 from tessel_dsl.units import memory_in, time_in
 
 

@@ -20,6 +20,8 @@ INTEGRATION_MODULES = frozenset({
     "test_pipeline_meta.py",         # Hugging Face models built on meta, trained on gloo ranks
     "test_pipeline_ties.py",         # tied and shared weights on 2 and 2x2 ranks
     "test_pipeline_loss.py",         # token-weighted loss on 2x2 ranks
+    "test_plan_train.py",            # tessel plan's choice trained for 20 steps on 2 and 4 gloo ranks
+    "test_plan_cli.py",              # `tessel plan` in subprocesses
     "test_pipeline_replica_grads.py",
     "test_replicas.py",
     "test_vocab_embedding.py",

@@ -7,10 +7,10 @@ import importlib
 import torch
 
 from tessel_dsl.executor.models.common import reference_step
-from tessel_dsl.search import baselines
 from tessel_dsl.ir import Mode, Spec
 from tessel_dsl.lower import lower
 from tessel_dsl.plan import Plan
+from tessel_dsl.search import baselines
 
 
 def plan_for(spec: Spec, schedule: str = "gpipe", microbatches: int = 4, blocking: bool = False) -> Plan:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tessel_dsl.search.compact import compact
 from tessel_dsl.ir import Block, Edge, Kind, Spec
 from tessel_dsl.schedule import Schedule
+from tessel_dsl.search.compact import compact
 
 
 def vshape(devices: int = 3, memory: int = 3, fwd: int = 1, bwd: int = 2, microbatches: int = 4) -> Spec:

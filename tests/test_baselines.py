@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.search.baselines import BY_NAME, NotApplicable, build
-from tessel_dsl.search.baselines.compare import baseline_row
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
+from tessel_dsl.search.baselines import BY_NAME, NotApplicable, build
+from tessel_dsl.search.baselines.compare import baseline_row
 from tessel_dsl.validate import validate
 
 ROOT = Path(__file__).resolve().parent.parent

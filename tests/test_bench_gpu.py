@@ -51,8 +51,8 @@ def test_gpu8_data_parallel_rows_agree_under_one_launcher_and_two_torchrun_agent
     one, two = runs["train_one_launcher"], runs["train_two_agents"]
     assert one["replicas"] == two["replicas"] == 2 and two["agents"] == 2 and one["devices"] == 2
     # The reference: the same GPT in one process, stepped over replica 0's micro-batches.
-    from tessel_dsl.executor.models.gpt import GPT, Config
     from tessel_dsl.executor.models.common import seeded
+    from tessel_dsl.executor.models.gpt import GPT, Config
 
     sys.path.insert(0, str(ROOT / "bench"))
     import gpu8

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from tessel_dsl.lang.spec_check import check, diagnose
 from tessel_dsl.errors import Location, SpecError
 from tessel_dsl.ir import Block, Edge, Expectation, Kind, Link, Spec
+from tessel_dsl.lang.spec_check import check, diagnose
 
 
 def fwd(name, dev, time=1, mem=1):

@@ -11,7 +11,8 @@ from tessel_dsl.lower import lower
 from tessel_dsl.plan import Plan, make_plan, save_plan
 from tessel_dsl.program import Op, Program
 
-from .helpers import one_f_one_b, run_cli as run, vshape
+from .helpers import one_f_one_b, vshape
+from .helpers import run_cli as run
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

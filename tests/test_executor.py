@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tessel_dsl import executor  # noqa: E402
+from tessel_dsl.errors import ExecutionError, PlanError  # noqa: E402
 from tessel_dsl.executor.launch import check_plan  # noqa: E402
 from tessel_dsl.executor.models import shapes  # noqa: E402
 from tessel_dsl.executor.trace import block_durations, chrome_trace, replay, summarize  # noqa: E402
-from tessel_dsl.errors import ExecutionError, PlanError  # noqa: E402
 from tessel_dsl.ir import Block, Edge, Kind, Spec  # noqa: E402
 from tessel_dsl.plan import Plan, save_plan  # noqa: E402
 from tessel_dsl.program import Program  # noqa: E402

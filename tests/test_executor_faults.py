@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("torch")
 
 from tessel_dsl import executor  # noqa: E402
-from tessel_dsl.executor.models import shapes  # noqa: E402
 from tessel_dsl.errors import ExecutionError  # noqa: E402
+from tessel_dsl.executor.models import shapes  # noqa: E402
 
 from .executor_support import plan_for  # noqa: E402
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tessel_dsl.errors import InfeasibleError
-from tessel_dsl.search.extend import Parts, extend, parts_of
 from tessel_dsl.plan import load_plan, make_plan, save_plan
 from tessel_dsl.schedule import Schedule
+from tessel_dsl.search.extend import Parts, extend, parts_of
 from tessel_dsl.validate import validate
 from tests.helpers import vshape
 

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.simulator import simulate
-from tessel_dsl.tools.expect import check_expectations, compare, describe, judge, spec_files
 from tessel_dsl.ir import Expectation
 from tessel_dsl.plan import make_plan
+from tessel_dsl.simulator import simulate
+from tessel_dsl.tools.expect import check_expectations, compare, describe, judge, spec_files
 
-from .helpers import one_f_one_b, run_cli as run, vshape
+from .helpers import one_f_one_b, vshape
+from .helpers import run_cli as run
 
 pytest_plugins = ["pytester"]
 

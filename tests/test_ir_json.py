@@ -82,8 +82,8 @@ def test_load_plan_missing_file(tmp_path):
 
 
 def _baseline_plan_json():
-    from tests.helpers import one_f_one_b, vshape
     from tessel_dsl.plan import make_plan, plan_to_json
+    from tests.helpers import one_f_one_b, vshape
 
     spec = vshape(devices=2, memory=2)
     return json.loads(json.dumps(plan_to_json(make_plan(spec, one_f_one_b(spec, 2)))))

@@ -23,8 +23,6 @@ def test_no_unused_or_undefined_names():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="import order is applied to the whole tree in one commit "
-                                       "(ruff check --fix --select I); remove this mark with it")
 def test_ruff_check_passes():
     r = _ruff()
     assert r.returncode == 0, r.stdout + r.stderr

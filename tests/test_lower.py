@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from tessel_dsl.search.compact import compact
 from tessel_dsl.errors import ScheduleError
 from tessel_dsl.ir import Block, Edge, Kind, Spec, Tensor, Units
 from tessel_dsl.lower import lower, programs_text, tensor_bytes
 from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.compact import compact
 
 from .helpers import one_f_one_b, vshape
 

@@ -7,9 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tessel_dsl import executor  # noqa: E402
+from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.executor.models import shapes  # noqa: E402
 from tessel_dsl.executor.models.common import chain_split, section_starts  # noqa: E402
-from tessel_dsl.errors import ExecutionError  # noqa: E402
 from tessel_dsl.ir import Mode  # noqa: E402
 
 from .executor_support import check_inference, check_training, plan_for  # noqa: E402

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tessel_dsl.search.baselines import build
 from tessel_dsl.errors import InfeasibleError, TesselError
+from tessel_dsl.search.baselines import build
 from tessel_dsl.search.optimal import OptimalTimeout, optimal
 from tessel_dsl.validate import validate
 

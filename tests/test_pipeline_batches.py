@@ -7,9 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tessel_dsl.errors import ExecutionError  # noqa: E402
+from tessel_dsl.executor.local_ranks import run_ranks  # noqa: E402
 from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
 from tessel_dsl.executor.preflight import batch_hash  # noqa: E402
-from tessel_dsl.executor.local_ranks import run_ranks  # noqa: E402
 
 from . import pipeline_cases as pc  # noqa: E402
 from . import pipeline_support as ps  # noqa: E402

@@ -7,11 +7,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tessel_dsl.errors import ExecutionError  # noqa: E402
-from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
 from tessel_dsl.executor.bind import Binding  # noqa: E402
 from tessel_dsl.executor.block_map import forward_graph, read_blocks  # noqa: E402
-from tessel_dsl.executor.pipeline import Pipeline  # noqa: E402
 from tessel_dsl.executor.local_ranks import run_ranks  # noqa: E402
+from tessel_dsl.executor.models.gpt import blocks_by_name  # noqa: E402
+from tessel_dsl.executor.pipeline import Pipeline  # noqa: E402
 
 from . import pipeline_support as ps  # noqa: E402
 from .executor_support import plan_for  # noqa: E402

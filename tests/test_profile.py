@@ -10,9 +10,15 @@ import pytest
 
 from tessel_dsl.analysis import max_inflight
 from tessel_dsl.errors import TesselError
+from tessel_dsl.interop.profiled_spec import (
+    Measurement,
+    apply_measurements,
+    measurements_from_run,
+    nice_floor,
+    spec_to_tsl,
+)
 from tessel_dsl.ir import Kind
 from tessel_dsl.lang.parser import parse
-from tessel_dsl.interop.profiled_spec import Measurement, apply_measurements, measurements_from_run, nice_floor, spec_to_tsl
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,8 +7,15 @@ import pytest
 
 from tessel_dsl.search.completion import cooldown_blocks, solve_cooldown, solve_warmup, warmup_blocks
 from tessel_dsl.search.modulo import solve_period
-from tessel_dsl.search.repetend import (Counters, Shape, cyclic_bound_ok, entry_memory, iter_offsets, nr_limit,
-                                 solve_candidate)
+from tessel_dsl.search.repetend import (
+    Counters,
+    Shape,
+    cyclic_bound_ok,
+    entry_memory,
+    iter_offsets,
+    nr_limit,
+    solve_candidate,
+)
 from tests.helpers import vshape
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"

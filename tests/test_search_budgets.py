@@ -10,8 +10,8 @@ import pytest
 
 from tessel_dsl import validate
 from tessel_dsl.lang.parser import parse_file
-from tessel_dsl.search.driver import search
 from tessel_dsl.plan import make_plan, plan_to_json
+from tessel_dsl.search.driver import search
 
 ROOT = Path(__file__).resolve().parent.parent
 direct_mod = importlib.import_module("tessel_dsl.search.direct")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.search.baselines import build
-from tessel_dsl.search.modulo import cut_block, solve_period
 from tessel_dsl.lang.parser import parse_file
+from tessel_dsl.search.baselines import build
 from tessel_dsl.search.finish import reextend
+from tessel_dsl.search.modulo import cut_block, solve_period
 from tessel_dsl.search.refine import best_baseline, refine_ends
 from tessel_dsl.search.repetend import repetend_problem
 from tessel_dsl.search.solvers import Objective, solve

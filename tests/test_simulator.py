@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from tessel_dsl.simulator import simulate
 from tessel_dsl.errors import SimulationError
 from tessel_dsl.ir import Block, Edge, Kind, Spec
 from tessel_dsl.lower import lower
 from tessel_dsl.plan import make_plan
 from tessel_dsl.program import Action, Op, Program
 from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.simulator import simulate
 
 from .helpers import one_f_one_b, vshape
 from .test_lower import mshape, sequential

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from tessel_dsl.simulator import simulate
 from tessel_dsl.errors import SimulationError
 from tessel_dsl.lower import lower
 from tessel_dsl.program import Action, Op, Program
+from tessel_dsl.simulator import simulate
 
 from .helpers import one_f_one_b, vshape
 from .test_lower import mshape, sequential

@@ -1,18 +1,18 @@
 """Link costs: transfer timing, link serialisation, hidden vs exposed comm, blocking vs non-blocking."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tessel_dsl.simulator import simulate
-from tessel_dsl.search import baselines
 from tessel_dsl.errors import SimulationError
 from tessel_dsl.ir import Block, Edge, Kind, Link, Spec, Tensor
-from tessel_dsl.lower import lower
 from tessel_dsl.lang.parser import parse_file
+from tessel_dsl.lower import lower
 from tessel_dsl.plan import make_plan
 from tessel_dsl.schedule import Schedule, Slot
-
-from pathlib import Path
+from tessel_dsl.search import baselines
+from tessel_dsl.simulator import simulate
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

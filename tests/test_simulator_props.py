@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessel_dsl.simulator import simulate
-from tessel_dsl.search.compact import compact
 from tessel_dsl.ir import Block, Edge, Kind, Link, Spec
 from tessel_dsl.lower import lower
 from tessel_dsl.schedule import Schedule
+from tessel_dsl.search.compact import compact
+from tessel_dsl.simulator import simulate
 
 
 def spec_with_joint(devices: int) -> Spec:

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.simulator import simulate
 from tessel_dsl.analysis import busy_time
 from tessel_dsl.ir import Link
 from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.plan import make_plan
 from tessel_dsl.search.driver import search
+from tessel_dsl.simulator import simulate
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 N = 24

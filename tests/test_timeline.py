@@ -6,9 +6,9 @@ import xml.dom.minidom
 
 from rich.console import Console
 
-from tessel_dsl.simulator import simulate, summary_table
 from tessel_dsl.plan import make_plan
 from tessel_dsl.schedule import Repetend, Schedule, Slot
+from tessel_dsl.simulator import simulate, summary_table
 from tessel_dsl.views.timeline import Timeline, from_rows, from_schedule, render, repetend_markers, to_svg
 from tessel_dsl.views.trace import Span, chrome_trace, compute_spans, transfer_spans, write_trace
 

@@ -8,10 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tessel_dsl.search.compact import compact
-from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
-from tessel_dsl.plan import make_plan
-from tessel_dsl.schedule import Schedule
 from tessel_dsl.interop.torch_csv import (
     TorchCsvError,
     compute_rows,
@@ -20,7 +16,10 @@ from tessel_dsl.interop.torch_csv import (
     schedule_from_csv,
     stage_map,
 )
-
+from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
+from tessel_dsl.plan import make_plan
+from tessel_dsl.schedule import Schedule
+from tessel_dsl.search.compact import compact
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 

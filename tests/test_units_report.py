@@ -122,10 +122,10 @@ def test_test_without_resolutions_stays_bare(capsys, tmp_path):
 
 
 def test_memory_errors_read_in_gb(capsys, tmp_path):
+    import pytest
+
     from tessel_dsl.errors import SpecError
     from tessel_dsl.lang.parser import parse
-
-    import pytest
 
     over = SPEC.replace("memory 20GB", "memory 5GB")
     with pytest.raises(SpecError) as e:

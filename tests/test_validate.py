@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from tessel_dsl.search.compact import compact
 from tessel_dsl.errors import ScheduleError
 from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.compact import compact
 from tessel_dsl.validate import validate
 from tests.helpers import one_f_one_b, vshape
 

@@ -1,8 +1,8 @@
 import torch
 import torch.nn.functional as F
+from tinymodels import llama
 
 from tessel_dsl.executor.pipeline import Pipeline
-from tinymodels import llama
 
 
 def loss_fn(out, labels):

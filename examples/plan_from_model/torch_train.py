@@ -1,11 +1,10 @@
-import os
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B
-
 from tinymodels import llama
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
 
 class Stage(nn.Module):  # Hugging Face's forward cannot run part of the model: one per stage

@@ -9,8 +9,8 @@ import importlib
 import os
 import sys
 
-from tessel_dsl.errors import TesselError
 from tessel_dsl.cli.app import app, err_console
+from tessel_dsl.errors import TesselError
 
 # Verb modules register their commands on `app` when imported.
 _VERBS = ("check", "search", "compare", "simulate", "harness", "run", "export", "profile", "plan")

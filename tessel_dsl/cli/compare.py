@@ -53,11 +53,10 @@ def _mem(units, x) -> str:
 def render_rows(title: str, rows, units=None) -> list:
     """One spec's comparison: a rich table, then why each n/a or failed schedule has no numbers.
     `units`: the spec's, so times and memory read in its declared units (bare without them)."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
-
-    from rich import box
 
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
                   collapse_padding=True)
@@ -115,9 +114,9 @@ def render_rows(title: str, rows, units=None) -> list:
 
 def render_placements(results) -> object:
     """Several placements of one model in one table: Tessel and the best applicable baseline."""
+    from rich import box
     from rich.table import Table
 
-    from rich import box
     from tessel_dsl.search.baselines.compare import versus_best
 
     table = Table(title="placements side by side: Tessel's makespan and the best applicable baseline's",

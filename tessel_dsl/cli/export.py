@@ -18,8 +18,8 @@ def export(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
 ) -> None:
     """Export a plan as the CSV schedule torch.distributed.pipelining loads (`_PipelineScheduleRuntime._load_csv`)."""
-    from tessel_dsl.plan import load_plan
     from tessel_dsl.interop.torch_csv import export_torch_csv
+    from tessel_dsl.plan import load_plan
 
     loaded = load_plan(plan)
     text = export_torch_csv(loaded, output, comms=comms)
@@ -40,8 +40,8 @@ def import_(
     blocking: bool = typer.Option(False, "--blocking", help="Lower with blocking send/recv."),
 ) -> None:
     """Read a PyTorch CSV schedule back as a plan, so `simulate` and `compare` can judge it."""
-    from tessel_dsl.plan import SearchInfo, load_plan, make_plan, save_plan
     from tessel_dsl.interop.torch_csv import schedule_from_csv
+    from tessel_dsl.plan import SearchInfo, load_plan, make_plan, save_plan
 
     overrides = parse_sets(sets)
     if spec.suffix == ".json":

@@ -4,12 +4,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Optional
-from xml.sax.saxutils import quoteattr, escape
+from xml.sax.saxutils import escape, quoteattr
 
 import typer
 
-from tessel_dsl.errors import TesselError
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
+from tessel_dsl.errors import TesselError
 
 
 def junit_xml(results: list[tuple[str, object]], errors: list[tuple[str, str]], seconds: float) -> str:
@@ -50,9 +50,9 @@ def test_specs(
     from rich.markup import escape as mescape
     from rich.table import Table
 
-    from tessel_dsl.tools.expect import check_expectations, describe, format_value, spec_files
-    from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.fileio import write_text_atomic
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.tools.expect import check_expectations, describe, format_value, spec_files
 
     if mode is not None and mode not in ("train", "infer"):
         raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")

@@ -10,9 +10,9 @@ from tessel_dsl.cli.app import app, console, err_console, parse_sets
 
 
 def _bytes(text: str) -> int:
-    from tessel_dsl.units import MEMORY_UNITS
-
     import re
+
+    from tessel_dsl.units import MEMORY_UNITS
 
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
     if not m or (m.group(2) or "B") not in MEMORY_UNITS:
@@ -21,9 +21,9 @@ def _bytes(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    from tessel_dsl.units import TIME_UNITS
-
     import re
+
+    from tessel_dsl.units import TIME_UNITS
 
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?)\s*([A-Za-z]+)\s*", text)
     if not m or m.group(2) not in TIME_UNITS or float(m.group(1)) <= 0:
@@ -56,9 +56,9 @@ def profile(
 ) -> None:
     """Time each block's forward and backward and measure its activations on this device, or take
     the block times of a pipelined run (--from-run)."""
-    from tessel_dsl.lang.parser import parse_file
-    from tessel_dsl.interop.profiled_spec import apply_measurements, spec_to_tsl
     from tessel_dsl.fileio import write_text_atomic
+    from tessel_dsl.interop.profiled_spec import apply_measurements, spec_to_tsl
+    from tessel_dsl.lang.parser import parse_file
 
     if (model is None) == (from_run is None):
         raise typer.BadParameter("give either --model (measure here) or --from-run (times of a run)",

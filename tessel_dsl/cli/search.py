@@ -148,12 +148,13 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (nothing else on stdout)."),
 ) -> None:
     """Search a Tessel schedule (repetend + warmup/cooldown) and write the plan."""
-    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.cli.progress import LiveProgress
     from tessel_dsl.errors import PlanError
+    from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.plan import make_plan, save_plan
     from tessel_dsl.plan_check import validate_plan
-    from tessel_dsl.cli.progress import LiveProgress
-    from tessel_dsl.search.driver import METHODS, search as run_search
+    from tessel_dsl.search.driver import METHODS
+    from tessel_dsl.search.driver import search as run_search
     from tessel_dsl.search.solvers import SOLVERS
 
     if mode is not None and mode not in ("train", "infer"):

@@ -88,10 +88,9 @@ def simulate(
     from rich.console import Console
     from rich.markup import escape
 
+    from tessel_dsl.ir import Link
     from tessel_dsl.simulator import simulate as run_simulation
     from tessel_dsl.simulator import summary_table
-
-    from tessel_dsl.ir import Link
     from tessel_dsl.views.timeline import from_rows, render, write_svg
     from tessel_dsl.views.trace import compute_spans, transfer_spans, write_trace
 

@@ -39,7 +39,6 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tessel_dsl.errors import ExecutionError
-
 from tessel_dsl.executor.model_api import TensorMeta
 
 _ACTIVE = threading.local()

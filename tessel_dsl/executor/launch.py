@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 from tessel_dsl.errors import ExecutionError, PlanError, TesselError
+from tessel_dsl.executor.rank import Channel, Options, rank_main
+from tessel_dsl.executor.run_report import RunReport
 from tessel_dsl.plan import Plan, load_plan, plan_to_json
 from tessel_dsl.plan_check import validate_plan
 from tessel_dsl.program import Op
-
-from tessel_dsl.executor.rank import Channel, Options, rank_main
-from tessel_dsl.executor.run_report import RunReport
 
 __all__ = ["Channel", "Options", "check_plan", "free_port", "load", "rank_main", "spawn"]
 

@@ -21,11 +21,17 @@ from typing import Any, Callable
 import torch
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Kind, Mode, Spec
-from tessel_dsl.interop.profiled_spec import Measurement
-
+from tessel_dsl.executor.model_api import (
+    StageContext,
+    StageModel,
+    backward_of,
+    forward_preds,
+    forward_succs,
+    load_factory,
+)
 from tessel_dsl.executor.split_backward import backward_input
-from tessel_dsl.executor.model_api import StageContext, StageModel, backward_of, forward_preds, forward_succs, load_factory
+from tessel_dsl.interop.profiled_spec import Measurement
+from tessel_dsl.ir import Kind, Mode, Spec
 
 
 class _Timer:

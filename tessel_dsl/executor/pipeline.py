@@ -36,14 +36,20 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.plan import Plan, plan_to_json
-
 from tessel_dsl.executor.bind import Binding, Trace
 from tessel_dsl.executor.checkpoint import load_checkpoint, save_checkpoint
 from tessel_dsl.executor.meta_init import materialise
 from tessel_dsl.executor.model_api import TensorMeta, forward_succs
-from tessel_dsl.executor.preflight import (as_pair, batch_hash, check_batch, check_pipeline, check_setup,
-                                           check_world, split_batch)
+from tessel_dsl.executor.preflight import (
+    as_pair,
+    batch_hash,
+    check_batch,
+    check_pipeline,
+    check_setup,
+    check_world,
+    split_batch,
+)
+from tessel_dsl.plan import Plan, plan_to_json
 
 
 class Pipeline:
@@ -209,8 +215,8 @@ class Pipeline:
         forever for a peer stuck the same way (see the executor's `rank._prime`)."""
         import dataclasses
 
-        from tessel_dsl.lower import lower
         from tessel_dsl.executor.runtime import RankRunner
+        from tessel_dsl.lower import lower
 
         blocking = dataclasses.replace(self.plan, programs=lower(self.plan.spec, self.plan.schedule, blocking=True))
         with self._loss_parallel():

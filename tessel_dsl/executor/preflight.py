@@ -17,11 +17,10 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Mode
-from tessel_dsl.plan import Plan
-
 from tessel_dsl.executor.block_map import check_blocks, check_tp, forward_graph, read_blocks
 from tessel_dsl.executor.ties import Tie, find_ties
+from tessel_dsl.ir import Mode
+from tessel_dsl.plan import Plan
 
 
 @dataclass

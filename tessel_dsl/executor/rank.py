@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tessel_dsl.errors import TesselError
-from tessel_dsl.plan import plan_from_json
-
 from tessel_dsl.executor.run_report import RankResult, RunReport
+from tessel_dsl.plan import plan_from_json
 
 
 @dataclass
@@ -98,9 +97,8 @@ def _prime(plan, stage, rank, device, opts, beat, links, control, ranks=None) ->
 
     import torch.distributed as dist
 
-    from tessel_dsl.lower import lower
-
     from tessel_dsl.executor.runtime import RankRunner
+    from tessel_dsl.lower import lower
 
     blocking = dataclasses.replace(plan, programs=lower(plan.spec, plan.schedule, blocking=True))
     for m in stage.modules.values():

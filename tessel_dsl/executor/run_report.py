@@ -6,9 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from tessel_dsl.plan import Plan
-
 from tessel_dsl.executor.trace import Event, block_durations, replay, summarize
+from tessel_dsl.plan import Plan
 
 
 @dataclass

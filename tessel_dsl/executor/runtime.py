@@ -17,13 +17,12 @@ from typing import Callable
 import torch
 
 from tessel_dsl.errors import ExecutionError
+from tessel_dsl.executor.comm import CommTimeout, MessageManager
+from tessel_dsl.executor.model_api import StageModel, backward_of, forward_preds, forward_succs, grad_meta, grad_slice
+from tessel_dsl.executor.split_backward import backward_input
 from tessel_dsl.ir import Kind, Mode
 from tessel_dsl.plan import Plan
 from tessel_dsl.program import Action, Op
-
-from tessel_dsl.executor.comm import CommTimeout, MessageManager
-from tessel_dsl.executor.split_backward import backward_input
-from tessel_dsl.executor.model_api import StageModel, backward_of, forward_preds, forward_succs, grad_meta, grad_slice
 
 Key = tuple[str, int]
 

@@ -28,7 +28,6 @@ from tessel_dsl.ir import Block, Kind, Mode, Spec, Units
 from tessel_dsl.lang.options import BLOCK_FIELDS
 from tessel_dsl.units import MEMORY_UNITS, TIME_UNITS, format_number, round_units
 
-
 # Memory resolutions are round decimal numbers of bytes, so they are labelled in decimal units.
 _DECIMAL = {u: v for u, v in MEMORY_UNITS.items() if "i" not in u}
 

@@ -5,9 +5,9 @@ evaluator (an `EvalContext`, for its values and diagnostics) and the variable sc
 """
 from __future__ import annotations
 
-from tessel_dsl.lang import syntax as A
 from tessel_dsl.errors import Location
 from tessel_dsl.ir import DTYPE_BYTES, Block, Edge, Kind, Tensor
+from tessel_dsl.lang import syntax as A
 from tessel_dsl.lang.context import EvalContext
 from tessel_dsl.lang.options import BY_WORDS, OPTIONS
 from tessel_dsl.lang.values import MAX_BLOCKS, ForwardOptions

@@ -16,14 +16,26 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
-from tessel_dsl.lang import syntax as A
 from tessel_dsl import units as U
 from tessel_dsl.errors import Diagnostic, Location
 from tessel_dsl.ir import Block, Edge, Expectation, Link, Units
+from tessel_dsl.lang import syntax as A
 from tessel_dsl.lang.blocks import build_block
 from tessel_dsl.lang.memory import resolve_device_memory
-from tessel_dsl.lang.values import (DEFINING, MAX_BLOCKS, MAX_DEVICES, MAX_NUMBER, UNSET, ForwardOptions, Number,
-                                    Skip, Values, exact, scale, show_number)
+from tessel_dsl.lang.values import (
+    DEFINING,
+    MAX_BLOCKS,
+    MAX_DEVICES,
+    MAX_NUMBER,
+    UNSET,
+    ForwardOptions,
+    Number,
+    Skip,
+    Values,
+    exact,
+    scale,
+    show_number,
+)
 from tessel_dsl.limits import MAX_EXPANSION, MAX_INCLUDES
 
 METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")

@@ -17,12 +17,12 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, Unex
 from lark.indenter import DedentError, Indenter
 
 from tessel_dsl import units as U
-from tessel_dsl.lang import syntax as A
-from tessel_dsl.lang.plain_lines import split_plain_lines
-from tessel_dsl.lang.tree import ToAst
-from tessel_dsl.lang.derive import derive_backward, project_infer
 from tessel_dsl.errors import Diagnostic, Location, SpecError, TesselError, TslSyntaxError
 from tessel_dsl.ir import Block, Edge, Mode, Spec
+from tessel_dsl.lang import syntax as A
+from tessel_dsl.lang.derive import derive_backward, project_infer
+from tessel_dsl.lang.plain_lines import split_plain_lines
+from tessel_dsl.lang.tree import ToAst
 from tessel_dsl.limits import MAX_SPEC_BYTES, MAX_STATEMENT_CHARS
 
 __all__ = ["parse", "parse_file"]
@@ -297,8 +297,8 @@ def _check_statement_length(text: str, file: str) -> None:
 
 def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
     """Evaluate a parsed module into a checked Spec (raises SpecError with every problem)."""
-    from tessel_dsl.lang.spec_check import cap_repeated, diagnose
     from tessel_dsl.lang.evaluate import Evaluator
+    from tessel_dsl.lang.spec_check import cap_repeated, diagnose
 
     load_diags: list[Diagnostic] = []
     ev = Evaluator(module, sets, _loader(load_diags))

@@ -8,12 +8,45 @@ from lark import Token, Transformer, Tree, v_args
 
 from tessel_dsl.errors import Location, SyntaxError_
 from tessel_dsl.lang.options import BY_RULE
-from tessel_dsl.limits import MAX_NUMBER
 from tessel_dsl.lang.syntax import (
-    BinOp, BlockDecl, Derive, DevAll, DevList, DevRange, Devices, Edges, Expect, Expr, For, Include,
-    LinkStmt, Memory, MemSize, Microbatches, ModeStmt, Name, Neg, NodeFor, NodeGroup, NodeName, Num, Param,
-    Percent, Placement, Quantity, Range, Rate, Resolution, ShapeDef, Stmt, TensorAnn, Use, Var,
+    BinOp,
+    BlockDecl,
+    Derive,
+    DevAll,
+    Devices,
+    DevList,
+    DevRange,
+    Edges,
+    Expect,
+    Expr,
+    For,
+    Include,
+    LinkStmt,
+    Memory,
+    MemSize,
+    Microbatches,
+    ModeStmt,
+    Name,
+    Neg,
+    NodeFor,
+    NodeGroup,
+    NodeName,
+    Num,
+    Param,
+    Percent,
+    Placement,
+    Quantity,
+    Range,
+    Rate,
+    Resolution,
+    ShapeDef,
+    Stmt,
+    TensorAnn,
+    Use,
+    Var,
 )
+from tessel_dsl.limits import MAX_NUMBER
+
 
 def _is_token(x: object, *types: str) -> bool:
     return isinstance(x, Token) and (not types or x.type in types)

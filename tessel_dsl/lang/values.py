@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
-from tessel_dsl.lang import syntax as A
 from tessel_dsl import units as U
 from tessel_dsl.errors import Diagnostic, Location
-from tessel_dsl.limits import MAX_BLOCKS, MAX_DEVICES, MAX_DENOMINATOR, MAX_NUMBER  # noqa: F401  (re-exported)
+from tessel_dsl.lang import syntax as A
+from tessel_dsl.limits import MAX_BLOCKS, MAX_DENOMINATOR, MAX_DEVICES, MAX_NUMBER  # noqa: F401  (re-exported)
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 

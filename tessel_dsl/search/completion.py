@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessel_dsl.ir import Spec
-from tessel_dsl.search.repetend import entry_memory
 from tessel_dsl.schedule import Repetend, Slot
+from tessel_dsl.search.repetend import entry_memory
 from tessel_dsl.search.solvers import Objective, Precedence, Problem, Solution, Task, microbatch_order, solve
 
 

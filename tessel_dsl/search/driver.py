@@ -35,7 +35,14 @@ from tessel_dsl.search.membound import memory_period_bound
 from tessel_dsl.search.modulo import POLISH_EFFORT
 from tessel_dsl.search.notes import Note, note, render
 from tessel_dsl.search.period_walk import modulo_search
-from tessel_dsl.search.repetend import Counters, enumerate_search, make_repetend, nr_limit, repetend_problem, serial_repetend
+from tessel_dsl.search.repetend import (
+    Counters,
+    enumerate_search,
+    make_repetend,
+    nr_limit,
+    repetend_problem,
+    serial_repetend,
+)
 from tessel_dsl.search.result import Progress, SearchResult
 from tessel_dsl.search.solvers import Objective, resolve, solve
 from tessel_dsl.search.timescale import divide_spec, scale_schedule, time_unit

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessel_dsl.search.compact import compact
 from tessel_dsl.errors import InfeasibleError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Repetend, Schedule, Slot
+from tessel_dsl.search.compact import compact
 from tessel_dsl.validate import validate
 
 

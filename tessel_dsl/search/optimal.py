@@ -30,7 +30,6 @@ from tessel_dsl.schedule import Schedule, Slot
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
 
-
 TO_EFFORT = 60.0  # deterministic solver budget of one TO solve (about seconds of one core)
 
 

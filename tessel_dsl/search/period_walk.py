@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Callable
 
 from tessel_dsl.analysis import lower_bound
+from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Repetend
 from tessel_dsl.search.clock import Clock
 from tessel_dsl.search.membound import memory_period_bound, one_copy_chain_bound
 from tessel_dsl.search.repetend import Counters, nr_limit
-from tessel_dsl.ir import Spec
 
 PERIOD_EFFORT = 5.0   # deterministic solver budget (about seconds of one core) for settling one period
 RETRY_EFFORT = 20.0   # for the one period just below the best, when PERIOD_EFFORT could not settle it

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Repetend, Slot
-from tessel_dsl.search.completion import (Phase, _device_edges, _instances, _problem, cooldown_blocks,
-                                          warmup_blocks)
+from tessel_dsl.search.completion import Phase, _device_edges, _instances, _problem, cooldown_blocks, warmup_blocks
 from tessel_dsl.search.repetend import entry_memory
 from tessel_dsl.search.solvers.verify import satisfies
 

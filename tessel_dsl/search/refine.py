@@ -23,12 +23,20 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from tessel_dsl.search.compact import compact
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule, Slot
-from tessel_dsl.search.solvers import (Objective, Precedence, Problem, Solution, Task, makespan_lower_bound,
-                                       microbatch_order, solve)
+from tessel_dsl.search.compact import compact
+from tessel_dsl.search.solvers import (
+    Objective,
+    Precedence,
+    Problem,
+    Solution,
+    Task,
+    makespan_lower_bound,
+    microbatch_order,
+    solve,
+)
 from tessel_dsl.validate import validate
 
 REFINE_EFFORT = 1.0      # deterministic solver budget of one end re-solve (about a second of one core)

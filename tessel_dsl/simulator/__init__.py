@@ -21,7 +21,6 @@ from tessel_dsl.plan import Plan
 from tessel_dsl.plan_check import validate_plan
 from tessel_dsl.program import Op, Program
 from tessel_dsl.schedule import Schedule
-
 from tessel_dsl.simulator.deadlock import Blocked, Deadlock, explain
 from tessel_dsl.simulator.engine import Engine
 from tessel_dsl.simulator.memory import Overflow

@@ -22,7 +22,6 @@ from tessel_dsl.errors import SimulationError
 from tessel_dsl.ir import Link, Spec
 from tessel_dsl.lower import tensor_bytes
 from tessel_dsl.program import Op, Program
-
 from tessel_dsl.simulator.links import Network, Xfer
 from tessel_dsl.simulator.memory import MemoryTracker
 

@@ -5,7 +5,6 @@ Plain functions over the engine's records, so each metric is easy to test on its
 from __future__ import annotations
 
 from tessel_dsl.schedule import Schedule
-
 from tessel_dsl.simulator.engine import Engine
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tessel_dsl.units import show_memory, show_time
 from tessel_dsl.ir import Link, Units
-
 from tessel_dsl.simulator.deadlock import Deadlock
 from tessel_dsl.simulator.memory import Overflow
+from tessel_dsl.units import show_memory, show_time
 
 Bar = tuple[float, float, str, int]  # (start, end, block, micro-batch)
 

@@ -5,8 +5,8 @@ It joins three layers (the language reads the spec, the executor measures, the i
 """
 from __future__ import annotations
 
-from tessel_dsl.ir import Spec
 from tessel_dsl.interop.profiled_spec import Measurement
+from tessel_dsl.ir import Spec
 
 __all__ = ["profile_spec"]
 

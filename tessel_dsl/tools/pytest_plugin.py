@@ -46,8 +46,8 @@ class TslFile(pytest.File):
 
     def collect(self):
         from tessel_dsl.errors import TesselError
-        from tessel_dsl.tools.expect import describe
         from tessel_dsl.lang.parser import parse_file
+        from tessel_dsl.tools.expect import describe
 
         try:
             spec = parse_file(self.path)
@@ -70,9 +70,8 @@ class TslFile(pytest.File):
     def run_for(self, n: int):
         """(plan, report) for `n` micro-batches, or the TesselError that prevented it."""
         if n not in self._runs:
-            from tessel_dsl.simulator import simulate
-
             from tessel_dsl.errors import TesselError
+            from tessel_dsl.simulator import simulate
             from tessel_dsl.tools.expect import plan_for
 
             try:

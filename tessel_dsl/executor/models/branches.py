@@ -29,12 +29,26 @@ import torch.nn.functional as F
 from torch import nn
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Mode, Spec
-
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds, forward_succs
-from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, ResidualMLP, TransformerLayer, batch_cache, chain_layers,
-                     forward_blocks, shards_of, mb_generator, parallel_mlp, plain_chain,
-                     scale_init, section_starts, seeded, stage_layers)
+from tessel_dsl.executor.models.common import (
+    BlockStage,
+    Fn,
+    ModelConfig,
+    ResidualMLP,
+    TransformerLayer,
+    batch_cache,
+    chain_layers,
+    forward_blocks,
+    mb_generator,
+    parallel_mlp,
+    plain_chain,
+    scale_init,
+    section_starts,
+    seeded,
+    shards_of,
+    stage_layers,
+)
+from tessel_dsl.ir import Mode, Spec
 
 
 @dataclass(frozen=True)

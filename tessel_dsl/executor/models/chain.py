@@ -12,10 +12,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Mode, Spec
-
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from tessel_dsl.executor.models.common import BlockStage, Fn, ModelConfig, ResidualMLP, batch_cache, forward_blocks, mb_generator, seeded, stage_layers
+from tessel_dsl.executor.models.common import (
+    BlockStage,
+    Fn,
+    ModelConfig,
+    ResidualMLP,
+    batch_cache,
+    forward_blocks,
+    mb_generator,
+    seeded,
+    stage_layers,
+)
+from tessel_dsl.ir import Mode, Spec
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ tensors between blocks stay plain and identical on every rank of the block.
 """
 from __future__ import annotations
 
-import math
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
@@ -22,9 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Spec
-
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
+from tessel_dsl.ir import Spec
 
 DTYPES = {"f32": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 

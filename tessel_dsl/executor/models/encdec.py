@@ -26,12 +26,25 @@ import torch
 from torch import nn
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Mode, Spec
-
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, TransformerLayer, batch_cache, chain_layers,
-                     forward_blocks, shards_of, lm_loss, mb_generator, plain_chain, scale_init, seeded,
-                     stage_layers, vocab_parallel_embedding)
+from tessel_dsl.executor.models.common import (
+    BlockStage,
+    Fn,
+    ModelConfig,
+    TransformerLayer,
+    batch_cache,
+    chain_layers,
+    forward_blocks,
+    lm_loss,
+    mb_generator,
+    plain_chain,
+    scale_init,
+    seeded,
+    shards_of,
+    stage_layers,
+    vocab_parallel_embedding,
+)
+from tessel_dsl.ir import Mode, Spec
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,26 @@ import torch
 from torch import nn
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.ir import Spec
-
 from tessel_dsl.executor.model_api import ParamShard, StageContext, TensorMeta, forward_preds
-from tessel_dsl.executor.models.common import (BlockStage, Fn, ModelConfig, TransformerLayer, batch_cache, forward_blocks,
-                     lm_loss, local, mb_generator, scale_init, seeded, shards_of, split_evenly, stage_layers,
-                     vocab_parallel_embedding, vocab_parallel_head)
+from tessel_dsl.executor.models.common import (
+    BlockStage,
+    Fn,
+    ModelConfig,
+    TransformerLayer,
+    batch_cache,
+    forward_blocks,
+    lm_loss,
+    local,
+    mb_generator,
+    scale_init,
+    seeded,
+    shards_of,
+    split_evenly,
+    stage_layers,
+    vocab_parallel_embedding,
+    vocab_parallel_head,
+)
+from tessel_dsl.ir import Spec
 
 
 @dataclass(frozen=True)

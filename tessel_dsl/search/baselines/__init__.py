@@ -15,16 +15,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tessel_dsl.search.compact import compact
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
-from tessel_dsl.validate import validate
 from tessel_dsl.search.baselines.capped import capped_orders
 from tessel_dsl.search.baselines.chain import NotApplicable
-from tessel_dsl.search.baselines.classic import (chimera_orders, gpipe_orders, interleaved_orders, one_f_one_b_orders,
-                                                 one_f_one_b_plus_orders)
+from tessel_dsl.search.baselines.classic import (
+    chimera_orders,
+    gpipe_orders,
+    interleaved_orders,
+    one_f_one_b_orders,
+    one_f_one_b_plus_orders,
+)
 from tessel_dsl.search.baselines.listsched import Key
 from tessel_dsl.search.baselines.zerobubble import zb_h1_orders, zb_v_orders
+from tessel_dsl.search.compact import compact
+from tessel_dsl.validate import validate
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,17 @@ from __future__ import annotations
 from tessel_dsl.analysis import reachable, resident_memory
 from tessel_dsl.errors import InfeasibleError, ScheduleError
 from tessel_dsl.ir import Spec
-from tessel_dsl.search.baselines.chain import (Chain, GroupStage, NotApplicable, Stage, components, find_chain,
-                                              find_rounds, find_shared_stages, find_stages)
+from tessel_dsl.search.baselines.chain import (
+    Chain,
+    GroupStage,
+    NotApplicable,
+    Stage,
+    components,
+    find_chain,
+    find_rounds,
+    find_shared_stages,
+    find_stages,
+)
 from tessel_dsl.search.baselines.listsched import Key, play_greedy, play_queues
 from tessel_dsl.units import capacity_in, memory_in
 

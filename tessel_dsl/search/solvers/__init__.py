@@ -6,7 +6,15 @@ importing this package costs nothing.
 """
 from __future__ import annotations
 
-from tessel_dsl.search.solvers.problem import Objective, Precedence, Problem, Solution, Task, makespan_lower_bound, microbatch_order
+from tessel_dsl.search.solvers.problem import (
+    Objective,
+    Precedence,
+    Problem,
+    Solution,
+    Task,
+    makespan_lower_bound,
+    microbatch_order,
+)
 
 __all__ = ["DEFAULT_SOLVER", "SOLVERS", "Objective", "Precedence", "Problem", "Solution", "Task",
            "makespan_lower_bound", "microbatch_order", "resolve", "solve"]
