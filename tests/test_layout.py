@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 CORE = ("errors", "units", "fileio", "limits", "ir", "analysis", "schedule", "validate", "program", "serialize", "lower",
         "plan", "plan_check", "spec_rules")
-GROUPS = {"lang": 1, "search": 1, "views": 2, "interop": 2, "simulator": 3, "executor": 3, "tools": 4, "cli": 4}
+GROUPS = {"lang": 1, "search": 1, "views": 2, "interop": 2, "simulator": 3, "executor": 3, "tools": 4, "placement": 4,
+          "cli": 4}
 INDEPENDENT = ({"lang", "search"}, {"simulator", "executor"})
 
 

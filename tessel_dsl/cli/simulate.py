@@ -34,10 +34,14 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
                                      param_hint="--set/--mode")
         plan = load_plan(path)
         if microbatches is not None and microbatches != plan.schedule.microbatches:
+            from tessel_dsl.plan_check import check_microbatch_count
             from tessel_dsl.search.finish import reextend
             from tessel_dsl.simulator import check_size
 
-            check_size(plan.spec, microbatches)  # before the re-extension, whose cost grows with N
+            # Both before the re-extension, whose cost grows with N: what a plan may hold at all,
+            # then what the simulator takes.
+            check_microbatch_count(plan.spec, microbatches)
+            check_size(plan.spec, microbatches)
 
             schedule = reextend(plan.spec, plan.schedule, microbatches)  # also handles N below N_R
             keep = plan.programs[0].blocking if plan.programs else False
