@@ -139,17 +139,7 @@ def pipelined(plan, build, loss_fn, blocks, data, replicas: int = 1, on_meta: bo
     parameters under their full-model names."""
     from tessel_dsl.executor.pipeline import Pipeline
 
-    init = None
-    if on_meta:
-        full = build()
-        with torch.device("meta"):
-            model = build()
-        subs = dict(full.named_modules())
-
-        def init(fqn, mod):
-            mod.load_state_dict(subs[fqn].state_dict())
-    else:
-        model = build()
+    model, init = ps.built(build, on_meta)
     pipe = Pipeline(plan, model, loss_fn, blocks=blocks, replicas=replicas, init=init, **kw)
     opt = optimizer(pipe.param_groups())
     losses = []

@@ -179,23 +179,29 @@ def gpt_tp():
             "H": {"head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)}}
 
 
+def built(build, on_meta: bool):
+    """The model and the `init` Pipeline takes: on meta, `init` copies each submodule's weights
+    from a CPU build, so the pipelined model starts where one process's does."""
+    if not on_meta:
+        return build(), None
+    full = build()
+    with torch.device("meta"):
+        model = build()
+    subs = dict(full.named_modules())
+
+    def init(fqn, mod):
+        mod.load_state_dict(subs[fqn].state_dict())
+
+    return model, init
+
+
 def pipelined(plan, build, loss_fn, blocks, data, replicas: int = 1, on_meta: bool = False, tp=None) -> dict:
     """One rank of R replicas: each takes its rows of every batch; returns its losses."""
     import torch.distributed as dist
 
     from tessel_dsl.executor.pipeline import Pipeline
 
-    init = None
-    if on_meta:
-        full = build()
-        with torch.device("meta"):
-            model = build()
-        subs = dict(full.named_modules())
-
-        def init(fqn, mod):
-            mod.load_state_dict(subs[fqn].state_dict())
-    else:
-        model = build()
+    model, init = built(build, on_meta)
     pipe = Pipeline(plan, model, loss_fn, blocks=blocks, replicas=replicas, init=init, tp=tp() if tp else None)
     opt = optimizer(pipe.param_groups())
     losses = []
