@@ -57,3 +57,25 @@ def test_the_constructor_checks_an_example_batch_before_joining_a_process_group(
     with pytest.raises(ExecutionError, match="no process group"):
         Pipeline(plan, model, ps.gpt_loss, blocks=blocks, batch=(x, y))
     assert not torch.distributed.is_initialized()
+
+
+def test_without_blocks_the_binding_beside_the_plan_file_is_read(tmp_path):
+    import json
+
+    from tessel_dsl.plan import save_plan
+
+    plan, model, blocks, (x, y) = _setup()
+    with pytest.raises(ExecutionError, match="plan was passed as an object"):
+        Pipeline.check(plan, model, ps.gpt_loss, batch=(x, y), world=4)
+    path = tmp_path / "gpt.json"
+    save_plan(plan, path)
+    with pytest.raises(ExecutionError, match=r"no binding .*gpt\.blocks\.json beside the plan"):
+        Pipeline.check(str(path), model, ps.gpt_loss, batch=(x, y), world=4)
+    # A binding with a misspelt name beside the plan is the one read: its error names the name.
+    wrong = {**blocks, "F0": ["layers.0", "layres.1"]}
+    (tmp_path / "gpt.blocks.json").write_text(json.dumps(wrong))
+    with pytest.raises(ExecutionError, match="no submodule 'layres.1'"):
+        Pipeline.check(str(path), model, ps.gpt_loss, batch=(x, y), world=4)
+    (tmp_path / "gpt.blocks.json").write_text(json.dumps(blocks))
+    Pipeline.check(str(path), model, ps.gpt_loss, batch=(x, y), world=4)
+    assert not torch.distributed.is_initialized()

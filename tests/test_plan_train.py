@@ -49,8 +49,7 @@ def trained(plan_path, build, data):
 
     from tessel_dsl.executor.pipeline import Pipeline
 
-    blocks = str(plan_path).replace(".json", ".blocks.json")
-    pipe = Pipeline(str(plan_path), build(), ps.llama_loss, blocks=blocks)
+    pipe = Pipeline(str(plan_path), build(), ps.llama_loss)  # reads plan.blocks.json beside the plan
     opt = ps.optimizer(pipe.param_groups())
     losses = []
     for x, y in data:

@@ -9,7 +9,7 @@ def loss_fn(out, labels):
     return F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten())
 
 
-pipe = Pipeline("plan.json", llama(), loss_fn, blocks="plan.blocks.json")
+pipe = Pipeline("plan.json", llama(), loss_fn)  # the binding: plan.blocks.json beside the plan
 opt = torch.optim.AdamW(pipe.param_groups(), lr=1e-2)
 g = torch.Generator().manual_seed(1)
 for step in range(3):

@@ -91,4 +91,4 @@ def plan(
     for note in res.outcome.candidate.notes:
         typer.echo(f"note: {note}")
     typer.echo(f"wrote {files['plan']}, {files['spec']}, {files['blocks']}; train with "
-               f"Pipeline({files['plan']!r}, model, loss_fn, blocks={files['blocks']!r})")
+               f"Pipeline({files['plan']!r}, model, loss_fn)  (the binding {files['blocks']} is read from beside it)")

@@ -56,7 +56,8 @@ class Pipeline:
     """This rank's part of `model` under `plan` (see the module docstring).
 
     `blocks` maps every forward block of the spec to submodule names of `model`, in the order the
-    forward calls them (or names a JSON file holding that mapping, kept beside the spec). `model`
+    forward calls them (or names a JSON file holding that mapping, kept beside the spec); without
+    it, a plan given as a path reads the binding `tessel plan` writes beside it (``plan.blocks.json``). `model`
     may be built on the meta device: then `init(fqn, module)` is called for each local submodule
     after it is allocated on this rank's device (and for submodules outside every block that hold
     buffers), to fill in its weights. `tp` gives DTensor plans for multi-device blocks. `replicas` (or a
@@ -74,7 +75,8 @@ class Pipeline:
     check = staticmethod(check_pipeline)
 
     def __init__(self, plan: Plan | str | os.PathLike, model: nn.Module, loss_fn: Callable | None = None, *,
-                 blocks: dict[str, list[str]] | str | os.PathLike, replicas: int | None = None, mesh=None,
+                 blocks: dict[str, list[str]] | str | os.PathLike | None = None, replicas: int | None = None,
+                 mesh=None,
                  device: torch.device | str | None = None, init: Callable[[str, nn.Module], None] | None = None,
                  tp: dict[str, dict[str, Any]] | None = None, timeout: float = 300.0,
                  loss_weight: Callable[..., Any] | None = None, batch=None):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -37,10 +38,26 @@ class Setup:
     loss_fn: Callable | None
 
 
+def _blocks_beside(plan) -> Path:
+    """The binding `tessel plan` writes beside its plan (``plan.json`` -> ``plan.blocks.json``),
+    for a Pipeline given no `blocks`."""
+    if not isinstance(plan, (str, os.PathLike)):
+        raise ExecutionError("blocks= is needed: the plan was passed as an object, so there is no file "
+                             "beside it to read the block -> submodule binding from")
+    path = Path(plan)
+    beside = path.with_name(path.name.removesuffix(".json") + ".blocks.json")
+    if not beside.is_file():
+        raise ExecutionError(f"blocks= is needed: no binding {beside} beside the plan (tessel plan writes one; "
+                             "for a hand-written spec pass blocks={block: [submodule, ...]} or a JSON file)")
+    return beside
+
+
 def check_setup(plan, model: nn.Module, loss_fn, blocks, tp) -> Setup:
     """Load and validate the plan; check the mapping, the DTensor plans and tied parameters."""
     from tessel_dsl.executor.launch import check_plan, load
 
+    if blocks is None:
+        blocks = _blocks_beside(plan)
     plan = load(plan)
     check_plan(plan)
     spec = plan.spec
@@ -74,7 +91,8 @@ def check_world(devices: int, world: int, replicas: int | None) -> int:
 
 
 def check_pipeline(plan: Plan | str | os.PathLike, model: nn.Module, loss_fn: Callable | None = None, *,
-                   blocks: dict[str, list[str]] | str | os.PathLike, batch=None, world: int | None = None,
+                   blocks: dict[str, list[str]] | str | os.PathLike | None = None, batch=None,
+                   world: int | None = None,
                    replicas: int | None = None, tp: dict[str, dict[str, Any]] | None = None,
                    loss_weight: Callable[..., Any] | None = None) -> None:
     """Everything `Pipeline(plan, model, loss_fn, blocks=..., tp=...)` on `world` ranks would

@@ -60,8 +60,8 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     `microbatches` defaults to 4 x devices; `budget` caps the searches' total seconds (without it
     every search runs to its end and the choice is deterministic for a given profile). With
     `output` (``plan.json``), writes the plan there, its spec beside it (``plan.tsl``) and the
-    binding (``plan.blocks.json``): ``Pipeline("plan.json", model, loss_fn,
-    blocks="plan.blocks.json")``. A `profile` given is used instead of profiling.
+    binding (``plan.blocks.json``, which ``Pipeline("plan.json", model, loss_fn)`` reads from beside
+    the plan). A `profile` given is used instead of profiling.
     """
     from tessel_dsl.placement.candidates import candidates
     from tessel_dsl.placement.choose import choose
