@@ -89,24 +89,29 @@ def test_a_tied_model_is_refused_with_what_to_change(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing written
 
 
-def test_a_memory_bound_plan_spreads_the_embedding_and_trains(tmp_path):
-    """Measured units with costs set by hand, as if the vocabulary were large: embedding 10 GB of
-    weights and optimizer state, layers 1 GB, head 0.5 GB. At 11 GB a device every placement that
-    keeps the embedding whole on one device (10 + 2 layers) is over; spreading it over both
-    (5 + 2 and 5 + 2.5 GB) fits, so it is chosen -- and Pipeline trains it (E replicated, no tp)."""
+def _planned_with_costs(out, gb: dict, memory: str):
+    """`plan_model` on the tiny Llama's measured units with set costs: 1 ms for every unit but a
+    layer's 10 ms, and `gb` of weights (Adam's 16 B a parameter) per kind of unit."""
     from dataclasses import replace
 
     from tessel_dsl.placement import plan_model, profile_model
 
     measured = profile_model(llama(), torch.randint(0, VOCAB, (ROWS, SEQ)), repeats=1, warmup=0)
-    gb = {"embedding": 10, "layer": 1, "norm": 0, "head": 0.5}
     ms = {"embedding": 1, "layer": 10, "norm": 1, "head": 1}
     units = tuple(replace(u, forward=ms[u.kind] / 1e3, input_grad=ms[u.kind] / 1e3, weight_grad=ms[u.kind] / 1e3,
                           params=int(gb[u.kind] * 1e9 / 16), param_bytes=int(gb[u.kind] * 1e9 / 4))
                   for u in measured.units)
+    return plan_model(llama(), None, devices=2, memory=memory, microbatches=2, output=out,
+                      profile=replace(measured, units=units))
+
+
+def test_a_memory_bound_plan_spreads_the_embedding_and_trains(tmp_path):
+    """Measured units with costs set by hand, as if the vocabulary were large: embedding 10 GB of
+    weights and optimizer state, layers 1 GB, head 0.5 GB. At 11 GB a device every placement that
+    keeps the embedding whole on one device (10 + 2 layers) is over; spreading it over both
+    (5 + 2 and 5 + 2.5 GB) fits, so it is chosen -- and Pipeline trains it (E replicated, no tp)."""
     out = tmp_path / "plan.json"
-    res = plan_model(llama(), None, devices=2, memory="11GB", microbatches=2, output=out,
-                     profile=replace(measured, units=units))
+    res = _planned_with_costs(out, {"embedding": 10, "layer": 1, "norm": 0, "head": 0.5}, "11GB")
     assert res.best.candidate == "mshape-E" and res.plan.spec.block("E").devices == (0, 1)
     assert res.blocks["E"] == ["model.embed_tokens"]
     data = ps.batches(VOCAB, STEPS, ROWS * 2, SEQ)
@@ -140,19 +145,8 @@ def test_embedding_and_head_spread_and_sharded_train_like_one_process(tmp_path):
     """Embedding 20 GB of state, head 10 GB, layers 1 GB: at 18 GB a device only spreading both
     fits (10 + 5 + 2 layers = 17 GB; any placement holding the embedding whole needs 22 GB).
     With `tp_plans` the embedding is split by rows and the head by columns over the 2 ranks."""
-    from dataclasses import replace
-
-    from tessel_dsl.placement import plan_model, profile_model
-
-    measured = profile_model(llama(), torch.randint(0, VOCAB, (ROWS, SEQ)), repeats=1, warmup=0)
-    gb = {"embedding": 20, "layer": 1, "norm": 0, "head": 10}
-    ms = {"embedding": 1, "layer": 10, "norm": 1, "head": 1}
-    units = tuple(replace(u, forward=ms[u.kind] / 1e3, input_grad=ms[u.kind] / 1e3, weight_grad=ms[u.kind] / 1e3,
-                          params=int(gb[u.kind] * 1e9 / 16), param_bytes=int(gb[u.kind] * 1e9 / 4))
-                  for u in measured.units)
     out = tmp_path / "plan.json"
-    res = plan_model(llama(), None, devices=2, memory="18GB", microbatches=2, output=out,
-                     profile=replace(measured, units=units))
+    res = _planned_with_costs(out, {"embedding": 20, "layer": 1, "norm": 0, "head": 10}, "18GB")
     assert res.best.candidate == "mshape-EH"
     data = ps.batches(VOCAB, STEPS, ROWS * 2, SEQ)
     want = ps.reference(llama, ps.llama_loss, data, 2)
