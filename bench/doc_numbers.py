@@ -12,7 +12,7 @@ TO is solved on a deterministic budget (`--to-effort`, CP-SAT's deterministic ti
 wall-clock `--to-limit` is applied only when given, and then those cells depend on the machine.
 
 Whoever changes what the search returns reruns this script: the check says what moved, ``--write``
-updates the blocks, and a drifted claim is fixed by hand. ``tests/test_doc_numbers.py`` runs a
+updates the blocks, and a drifted claim is fixed by hand. ``tests/integration/test_doc_numbers.py`` runs a
 small sample of the same checks.
 
     python bench/doc_numbers.py                       # check everything (no TO): exit 1 on drift

@@ -1,7 +1,7 @@
 """Fuzzing benchmark: generated and mutated specs, mutated plans, each under a time limit.
 
     python bench/fuzz.py --specs 10000 --plans 1000          # the table in bench/results/fuzz.md
-    python bench/fuzz.py --specs 200 --plans 100 --json      # what tests/test_fuzz_bench.py runs
+    python bench/fuzz.py --specs 200 --plans 100 --json      # what tests/integration/test_fuzz_bench.py runs
     python bench/fuzz.py --scaling                           # CPU time of checking 8k-100k blocks
     python bench/fuzz.py --scaling explicit                  # ... of the explicit-lines spec only
 

@@ -65,7 +65,7 @@ def _window(line: str, index: int) -> tuple[str, int]:
 
 
 # Every `Diagnostic.code`, with what it means: the one list. The README's error table is this
-# list (tests/test_error_codes.py checks both, and that every code raised anywhere is here).
+# list (tests/unit/test_error_codes.py checks both, and that every code raised anywhere is here).
 CODES: dict[str, str] = {
     "unknown-name": "a dependency, expression or `use` names something undefined",
     "duplicate-name": "two blocks (or shapes, or params) share a name",

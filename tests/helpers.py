@@ -3,11 +3,11 @@ and a loader for the bench/ scripts (which are not a package)."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 from tessel_dsl.ir import Block, Edge, Kind, Spec
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.search.compact import compact
+from tests.paths import ROOT
 
 
 def vshape(devices: int = 3, memory: int = 3, fwd: int = 1, bwd: int = 2, microbatches: int = 4) -> Spec:
@@ -51,7 +51,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 def load_bench(name: str):
     """The script bench/NAME.py as a module, for tests that run a sample of it."""
-    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    path = ROOT / "bench" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"tessel_bench_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

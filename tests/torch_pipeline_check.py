@@ -1,6 +1,6 @@
 """Run a PyTorch pipeline CSV with torch's own runtime and compare it with a single process.
 
-Used by tests/test_torch_csv.py: `run_pipeline` spawns one gloo process per rank, each builds the
+Used by tests/unit/test_torch_csv.py: `run_pipeline` spawns one gloo process per rank, each builds the
 same tiny Linear stages (fixed seed), loads the CSV into `_PipelineScheduleRuntime` and runs one
 step; `reference` runs the whole model in one process. Checked with torch 2.13.
 """

@@ -6,7 +6,7 @@ The tables module is plain Python data, read-only, the same on every machine: `p
 loads the parser from it when it was built from this grammar by this lark release, and builds
 from the grammar otherwise.
 
-After changing the grammar (tests/test_parser_tables.py fails until then):
+After changing the grammar (tests/unit/test_parser_tables.py fails until then):
 
     python -m tessel_dsl.lang.grammar_tables
 """
@@ -21,7 +21,7 @@ def tables_text() -> str:
     """The text of `lalr_tables.py` for the current grammar and lark release.
 
     Lark's state numbering is not reproducible from run to run, so two builds may differ in their
-    numbers while being the same parser; tests/test_parser_tables.py compares what they parse."""
+    numbers while being the same parser; tests/unit/test_parser_tables.py compares what they parse."""
     import pprint
 
     import lark

@@ -4,7 +4,7 @@ A spec written out by a tool or a profiler is thousands of such lines, and lark'
 positions costs about half a millisecond each (20,000 lines took 10 s). A line that is one block
 declaration at the top level, with plain names, whole-number devices and number-with-unit options,
 is built here straight into the syntax tree the parser would have built (same nodes, same
-locations; `tests/test_plain_lines.py` compares the two), and blanked out of the text the parser
+locations; `tests/unit/test_plain_lines.py` compares the two), and blanked out of the text the parser
 reads. Any other line, or anything unusual on it, is left to the parser, which also reports every
 syntax error.
 """

@@ -1,0 +1,89 @@
+"""`tessel check` end to end: exit codes 0 / 1 / 2, the summary, `--json`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.paths import ROOT, SPECS
+
+
+def tessel(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tessel_dsl.cli", "check", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_mshape_summary_shows_lower_bound_six():
+    r = tessel("specs/mshape.tsl")
+    assert r.returncode == 0, r.stderr
+    assert "lower bound of the repetend period: 6" in r.stdout
+    assert "E F0 B0 EB" in r.stdout
+    assert r.stderr == ""
+
+
+def test_set_and_mode():
+    r = tessel("specs/mshape.tsl", "--set", "D=8", "--mode", "infer", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["devices"] == 8 and data["mode"] == "infer" and data["lower_bound"] == 2
+    assert data["memory"] == 4 and len(data["blocks_per_device"]) == 8
+
+
+def test_json_is_the_only_stdout():
+    r = tessel("specs/kshape.tsl", "--json")
+    data = json.loads(r.stdout)
+    assert data["busy_time"] == [6, 6, 6, 6] and data["microbatch_memory"] == [2, 2, 2, 2]
+    assert data["max_inflight"] == 3
+    # the fields this spec sets on JB; a new Block field (with its default) changes nothing here
+    jb = next(b for b in data["blocks"] if b["name"] == "JB")
+    assert {k: jb[k] for k in ("kind", "devices", "time", "memory", "forward")} == {
+        "kind": "backward", "devices": [0, 1, 2, 3], "time": 1, "memory": -1, "forward": "J"}
+
+
+@pytest.mark.parametrize("name", ["kshape", "zerobubble"])
+def test_json_holds_the_spec_in_the_ir_codec_form(name):
+    import dataclasses
+
+    from tessel_dsl.ir import Spec
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.serialize import from_json
+
+    data = json.loads(tessel(f"specs/{name}.tsl", "--json").stdout)
+    fields = {f.name for f in dataclasses.fields(Spec) if f.compare}
+    assert from_json(Spec, {k: data[k] for k in fields}) == parse_file(SPECS / f"{name}.tsl")
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["specs/invalid/cycle.tsl"], "error[cycle]"),
+    (["specs/invalid/syntax-missing-arrow.tsl"], "syntax error"),
+    (["specs/vshape.tsl", "--set", "Q=1"], "error[unknown-set]"),
+    (["specs/no_such_spec.tsl"], "cannot read spec"),
+])
+def test_user_errors_exit_1_without_traceback(args, fragment):
+    r = tessel(*args)
+    assert r.returncode == 1
+    assert fragment in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_json_errors_also_exit_1_with_empty_stdout():
+    r = tessel("specs/invalid/unknown-name.tsl", "--json")
+    assert r.returncode == 1 and r.stdout == ""
+
+
+@pytest.mark.parametrize("args", [[], ["specs/vshape.tsl", "--set", "D"], ["specs/vshape.tsl", "--mode", "x"],
+                                  ["specs/vshape.tsl", "--bogus"]])
+def test_usage_errors_exit_2(args):
+    r = tessel(*args)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+
+
+def test_check_does_not_import_heavy_libraries():
+    code = ("import sys; from tessel_dsl.cli import main\n"
+            "try:\n    main(['check', 'specs/vshape.tsl'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('z3', 'torch', 'simpy', 'ortools') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip().endswith("[]"), r.stdout + r.stderr
