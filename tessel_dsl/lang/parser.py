@@ -21,6 +21,7 @@ from tessel_dsl.errors import Diagnostic, Location, SpecError, TesselError, TslS
 from tessel_dsl.ir import Block, Edge, Mode, Spec
 from tessel_dsl.lang import syntax as A
 from tessel_dsl.lang.derive import derive_backward, project_infer
+from tessel_dsl.lang.options import grammar_block_options
 from tessel_dsl.lang.plain_lines import split_plain_lines
 from tessel_dsl.lang.tree import ToAst
 from tessel_dsl.limits import MAX_SPEC_BYTES, MAX_STATEMENT_CHARS
@@ -57,8 +58,13 @@ class _BadIndent(Exception):
 
 
 def grammar_text() -> str:
-    """The grammar, `tessel_dsl/grammar/tessel.lark` (package data, shipped by an install)."""
-    return (importlib.resources.files("tessel_dsl") / "grammar" / "tessel.lark").read_text()
+    """The grammar, `tessel_dsl/grammar/tessel.lark` (package data, shipped by an install), with
+    its block options written in from `options.OPTIONS`."""
+    text = (importlib.resources.files("tessel_dsl") / "grammar" / "tessel.lark").read_text()
+    marker = "// {block_opt}\n"
+    if text.count(marker) != 1:
+        raise RuntimeError("grammar/tessel.lark must hold the line '// {block_opt}' once")
+    return text.replace(marker, grammar_block_options() + "\n")
 
 
 def lark_parser() -> Lark:

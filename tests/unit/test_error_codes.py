@@ -52,4 +52,4 @@ def test_every_raised_code_is_listed_and_every_listed_code_is_raised():
 def test_readme_error_table_is_the_code_list():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert codes_table() in readme, ("the README's error table differs from tessel_dsl.errors.CODES; "
-                                     "replace it with the output of codes_table():\n" + codes_table())
+                                     "run: python bench/doc_tables.py --write")
