@@ -11,6 +11,8 @@ import typer
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
 from tessel_dsl.search.baselines import RECORDS
 from tessel_dsl.search.baselines.compare import label
+from tessel_dsl.search.notes import Note
+from tessel_dsl.search.notes import render as render_notes
 from tessel_dsl.search.optimal import TO_EFFORT
 
 _SCHEDULE_NAMES = ", ".join(("tessel", *(b.name for b in RECORDS)))
@@ -88,7 +90,8 @@ def render_rows(title: str, rows, units=None) -> list:
         if r.schedule in ("to", "tessel") and r.proven is False:
             name += "[yellow]*[/]"
             if r.schedule == "to":
-                to_cut = r.extra.get("note", "") or "not proven optimal: a budget or time limit cut the solve"
+                to_cut = (render_notes(Note(x["kind"], x["values"]) for x in r.extra.get("notes", ()))
+                          or "not proven optimal: a budget or time limit cut the solve")
             else:
                 unproven = True
         gap = "-" if r.gap_to_optimal is None else f"{r.gap_to_optimal:+.1%}"

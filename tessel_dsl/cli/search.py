@@ -8,6 +8,8 @@ from typing import Optional
 import typer
 
 from tessel_dsl.cli.app import app, console, err_console, parse_sets
+from tessel_dsl.search.notes import render as render_notes
+from tessel_dsl.serialize import to_json
 
 
 def in_time(s: dict, units: int) -> str:
@@ -66,7 +68,8 @@ def summary(spec, plan) -> dict:
         "copies": info.copies,
         "candidates_tried": info.candidates_tried,
         "candidates_pruned": info.candidates_pruned,
-        "note": info.note,
+        "note": render_notes(info.notes),
+        "notes": [to_json(x) for x in info.notes],
     }
 
 

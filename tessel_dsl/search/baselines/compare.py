@@ -22,6 +22,7 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.search.baselines import BASELINES, IGNORES_MEMORY, NotApplicable, build
 from tessel_dsl.search.optimal import TO_EFFORT
+from tessel_dsl.serialize import to_json
 
 STEADY_N = 64  # a multiple of every Chimera unit up to D=16, long enough to leave warmup behind
 SCHEDULES = ("tessel", *BASELINES)
@@ -173,8 +174,8 @@ def schedule_row(spec: Spec, schedule: Schedule, label: str | None = None) -> Ro
 def to_row(spec: Spec, n: int, *, hint: Schedule | None = None, solver: str = "auto",
            time_limit: float | None = None, effort: float | None = TO_EFFORT, workers: int | None = None) -> Row:
     """The time-optimal schedule's row (no steady state: TO is a finite schedule), solved with the
-    deterministic budget `effort` and, only if given, a wall-clock `time_limit`; `extra["note"]`
-    says whether it is proven optimal or what cut it."""
+    deterministic budget `effort` and, only if given, a wall-clock `time_limit`; `extra["notes"]`
+    (notes as data, `search/notes.py`) say whether it is proven optimal or what cut it."""
     from tessel_dsl.search.optimal import OptimalTimeout, optimal
 
     try:
@@ -184,7 +185,7 @@ def to_row(spec: Spec, n: int, *, hint: Schedule | None = None, solver: str = "a
     except TesselError as e:
         return _failed(spec, "to", "error", str(e).splitlines()[0], n)
     return _row(spec, result.schedule, None, proven=result.info.proven, seconds=result.info.seconds,
-                extra={"solver": result.info.solver, "note": result.info.note})
+                extra={"solver": result.info.solver, "notes": [to_json(x) for x in result.info.notes]})
 
 
 def compare(spec: Spec, microbatches: int | None = None, *, schedules: tuple[str, ...] = SCHEDULES,
