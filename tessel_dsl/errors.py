@@ -87,6 +87,7 @@ CODES: dict[str, str] = {
     "bad-set-value": "a `--set` value that is not a number",
     "unknown-unit": "a unit that is not a time or memory unit where one is needed",
     "missing-resolution": "a physical unit without the matching `resolution`",
+    "missing-unit": "a size without a unit beside one with a unit on the same `memory` line (`memory 80GB reserve 35`)",
     "not-integer": "a fraction where a whole number is needed",
     "unknown-dtype": "a tensor dtype that is not known",
     "unknown-metric": "an expectation of a metric that is not known",

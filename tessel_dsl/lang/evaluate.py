@@ -281,9 +281,11 @@ class Evaluator(Values):
             o.devices = n
         elif isinstance(s, A.Memory):
             if s.on is not None:
+                self._same_units(s)
                 self._memory_lines.append(s)  # resolved once `devices` is known
                 return
             self._once("memory", s.loc)
+            self._same_units(s)
             o.memory = self._capacity(s.train)
             if s.infer is not None:
                 o.infer_memory = self._capacity(s.infer)
@@ -307,6 +309,23 @@ class Evaluator(Values):
             o.derive_time = self.grad_time(s.time, self.params) if s.time else ("x", 2)
         elif isinstance(s, A.Expect):
             self._expect(s)
+
+    def _same_units(self, s: A.Memory) -> None:
+        """`memory 80GB reserve 35` would read 35 as units of the memory resolution: a size without
+        a unit beside one with a unit on the same line is refused, at the bare number."""
+        given = [(what, size) for what, size in (("memory", s.train), ("infer", s.infer), ("reserve", s.reserve))
+                 if size is not None]
+        if any(len({q.unit is None for _, q in size.terms}) > 1 for _, size in given):
+            return  # a sum that mixes is refused by `memory_size`, at the sum
+        sizes = [(what, size.terms[0][1]) for what, size in given]
+        with_unit = next((q for _, q in sizes if q.unit is not None), None)
+        bare = next(((what, q) for what, q in sizes if q.unit is None), None)
+        if with_unit is None or bare is None:
+            return
+        what, q = bare
+        raise self.error("missing-unit", f"`{what}` has no unit beside `{with_unit.unit}` on this memory line, so it "
+                         f"would count units of the memory resolution: write the unit (e.g. "
+                         f"`{show_number(self.num(q.expr, self.params))}{with_unit.unit}`)", q.loc)
 
     def _capacity(self, size: A.MemSize, what: str = "memory capacity") -> int:
         n = self.memory_size(size, self.params)
