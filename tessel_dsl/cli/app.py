@@ -65,3 +65,12 @@ def parse_sets(values: list[str] | None) -> dict[str, str]:
             raise typer.BadParameter(f"expected K=V, got {v!r}", param_hint="--set")
         out[key.strip()] = val.strip()
     return out
+
+
+def show_warnings(spec) -> None:
+    """A parsed spec's warnings (`Spec.warnings`), one per line on stderr, so that `--json`
+    output on stdout stays the JSON alone."""
+    from rich.markup import escape
+
+    for w in getattr(spec, "warnings", ()):
+        err_console.print(f"[yellow]{escape(str(w))}[/]", highlight=False, soft_wrap=True)

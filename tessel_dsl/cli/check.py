@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from tessel_dsl.cli.app import app, console, parse_sets
+from tessel_dsl.cli.app import app, console, parse_sets, show_warnings
 from tessel_dsl.units import memory_in, time_in
 
 
@@ -37,6 +37,7 @@ def summarize(spec) -> dict:
         # What bounds the schedule on each device: its memory less what is reserved there.
         "capacities": list(spec.capacities),
         "reserved_per_device": [spec.reserved_on(d) for d in range(spec.devices)],
+        "warnings": [str(w) for w in spec.warnings],
     }
 
 
@@ -114,6 +115,7 @@ def check(
     if mode is not None and mode not in ("train", "infer"):
         raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")
     parsed = parse_file(spec, sets=parse_sets(set_) or None, mode=mode)
+    show_warnings(parsed)
     summary = summarize(parsed)
     if as_json:
         typer.echo(json.dumps(summary, indent=1))

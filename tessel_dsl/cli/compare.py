@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from tessel_dsl.cli.app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets, show_warnings
 from tessel_dsl.search.baselines import RECORDS
 from tessel_dsl.search.baselines.compare import label
 from tessel_dsl.search.notes import Note
@@ -188,7 +188,9 @@ def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
         return plan.spec, ((f"plan:{plan.schedule.name}", plan.schedule),)
     from tessel_dsl.lang.parser import parse_file
 
-    return parse_file(path, sets=sets or None, mode=mode), ()
+    spec = parse_file(path, sets=sets or None, mode=mode)
+    show_warnings(spec)
+    return spec, ()
 
 
 @app.command(help="Makespan, bubble, steady-state period and peak memory of each schedule, side by "

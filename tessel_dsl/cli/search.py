@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from tessel_dsl.cli.app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets, show_warnings
 from tessel_dsl.search.notes import render as render_notes
 from tessel_dsl.serialize import to_json
 
@@ -167,6 +167,7 @@ def search(
     if method not in ("auto",) + METHODS:
         raise typer.BadParameter(f"expected auto, {', '.join(METHODS)}; got {method!r}", param_hint="--method")
     parsed = parse_file(spec, sets=parse_sets(set_) or None, mode=mode)
+    show_warnings(parsed)
     out = output if output is not None else Path(f"{spec.stem}.plan.json")
     with LiveProgress(err_console) as progress:
         result = run_search(parsed, microbatches=microbatches, solver=solver, method=method,

@@ -42,7 +42,7 @@ METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 SYMBOLS = ("M", "lower_bound")  # expectation values resolved later, against the searched plan
 _BANDWIDTH_DIGITS = 6  # bandwidths are stored rounded, so a plan file reads back equal
 _HEADER = (A.Placement, A.Devices, A.Memory, A.Microbatches, A.ModeStmt, A.LinkStmt, A.Expect, A.Derive)
-_BODY = (A.BlockDecl, A.Edges, A.For, A.Use)
+_BODY = (A.BlockDecl, A.Edges, A.For, A.Use, A.Independent)
 
 
 class _Stop(Exception):
@@ -89,6 +89,7 @@ class Evaluator(Values):
         self.pending_of: list[tuple[int, A.BlockDecl]] = []  # backward blocks to link to forwards
         self.edges: list[Edge] = []
         self.expectations: list[Expectation] = []
+        self.independent: list[tuple[str, Location]] = []  # `independent` names, rendered
         self.out = Program()
         self.skipped_blocks = 0
         self._seen_header: dict[str, Location] = {}
@@ -418,13 +419,15 @@ class Evaluator(Values):
                     self._nested(t, inner)
         elif isinstance(s, A.Use):
             self._use(s, env)
+        elif isinstance(s, A.Independent):
+            self.independent += [(self.render(n, env), n.loc) for n in s.names]
         else:
-            raise self.error("misplaced-statement", "only blocks, dependencies, `for` and `use` may "
+            raise self.error("misplaced-statement", "only blocks, dependencies, `for`, `use` and `independent` may "
                              "appear inside a loop or a shape", s.loc)
 
     def _nested(self, s: A.Stmt, env) -> None:
         if not isinstance(s, _BODY):
-            self.error("misplaced-statement", "only blocks, dependencies, `for` and `use` may "
+            self.error("misplaced-statement", "only blocks, dependencies, `for`, `use` and `independent` may "
                        "appear inside a loop or a shape", s.loc)
             return
         self._guard(self._body, s, True, env)

@@ -226,6 +226,13 @@ class Edges(Stmt):
 
 
 @dataclass(frozen=True)
+class Independent(Stmt):
+    """``independent V0, T0``: source blocks meant to start paths of their own."""
+
+    names: tuple[Name, ...]
+
+
+@dataclass(frozen=True)
 class Derive(Stmt):
     time: Quantity | None
 
