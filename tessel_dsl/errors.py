@@ -87,6 +87,7 @@ CODES: dict[str, str] = {
     "bad-set-value": "a `--set` value that is not a number",
     "unknown-unit": "a unit that is not a time or memory unit where one is needed",
     "missing-resolution": "a physical unit without the matching `resolution`",
+    "rounded": "(a note) a quantity rounded to its resolution, under `resolution time 1ms round` (or `memory`)",
     "several-sources": "(a warning) several forward blocks with no input, not declared `independent`: "
                        "a micro-batch enters at each (a head not connected after the last layer?)",
     "not-a-source": "`independent` names a block that has an input (only a forward block without one starts a path)",

@@ -68,6 +68,8 @@ def summary(spec, plan) -> dict:
         "copies": info.copies,
         "candidates_tried": info.candidates_tried,
         "candidates_pruned": info.candidates_pruned,
+        # what reading the spec said without refusing it: quantities rounded, sources undeclared
+        "spec_warnings": [str(w) for w in spec.warnings],
         "note": render_notes(info.notes),
         "notes": [to_json(x) for x in info.notes],
     }
@@ -116,7 +118,13 @@ ROWS = (
                          f"{s['candidates_tried']} tried, {s['candidates_pruned']} pruned"),
     ("proven", _proven),
     ("note", lambda s: s["note"] or None),
+    ("spec rounded", lambda s: _rounded(s["spec_warnings"])),
 )
+
+
+def _rounded(warnings: list[str]) -> str | None:
+    n = sum("note[rounded]" in w for w in warnings)
+    return f"{n} quantit{'y' if n == 1 else 'ies'} rounded to the resolution (each listed above)" if n else None
 
 
 def render(s: dict, out: Path) -> None:

@@ -90,6 +90,8 @@ class Evaluator(Values):
         self.edges: list[Edge] = []
         self.expectations: list[Expectation] = []
         self.independent: list[tuple[str, Location]] = []  # `independent` names, rendered
+        self.rounding: set[str] = set()
+        self.rounded: list[Diagnostic] = []
         self.out = Program()
         self.skipped_blocks = 0
         self._seen_header: dict[str, Location] = {}
@@ -221,6 +223,8 @@ class Evaluator(Values):
                 raise self.error("unknown-unit", f"`{q.unit or ''}` is not a {s.what} unit "
                                  f"(use one of {U.describe(table)})", q.loc)
             label = f"{show_number(value)}{q.unit}"
+            if s.round:
+                self.rounding.add(s.what)
             size = exact(value * scale(table, q.unit))
             if s.what == "time":
                 self._time_res = (Fraction(size), label)

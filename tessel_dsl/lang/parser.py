@@ -357,10 +357,10 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
         diags.append(_placed(Diagnostic("bad-devices", "the spec has no usable device count")
                              if spec.devices < 1 else Diagnostic("no-blocks", "the placement declares no blocks"),
                              ev, module.file))
-    warnings: list[Diagnostic] = []
+    warnings: list[Diagnostic] = list(ev.rounded)
     if not diags:
         found = source_problems(spec, ev.independent)
-        warnings = [d for d in found if d.severity == "warning"]
+        warnings += [d for d in found if d.severity == "warning"]
         diags += [d for d in found if d.severity != "warning"]
     if diags:
         diags.sort(key=lambda d: (d.location is None, d.location.file if d.location else "",

@@ -143,6 +143,7 @@ class ModeStmt(Stmt):
 class Resolution(Stmt):
     what: str  # "time" or "memory"
     unit: Quantity
+    round: bool = False  # `resolution time 1ms round`: inexact quantities are rounded, and reported
 
 
 @dataclass(frozen=True)

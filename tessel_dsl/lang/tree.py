@@ -172,10 +172,10 @@ class ToAst(Transformer):
         return ModeStmt(self._loc(meta), str(c[0]))
 
     def resolution_time(self, meta, c):
-        return Resolution(self._loc(meta), "time", c[0])
+        return Resolution(self._loc(meta), "time", c[0], len(c) > 1)
 
     def resolution_memory(self, meta, c):
-        return Resolution(self._loc(meta), "memory", c[0])
+        return Resolution(self._loc(meta), "memory", c[0], len(c) > 1)
 
     def latency(self, meta, c):
         return ("latency", c[0])
