@@ -214,8 +214,8 @@ def interleaved_note() -> tuple[str, ...]:
 
     spec = parse_file(ROOT / "specs" / "interleaved.tsl", sets={"D": "4"})
     info = search(spec, microbatches=8).info
-    m = re.search(r"from (\d+) to (\d+)", info.note or "")
-    return (m.group(1), m.group(2)) if m else ("(no end re-solve)", "")
+    ends = [x.values for x in info.notes if x.kind == "ends-resolved"]
+    return (str(ends[0]["before"]), str(ends[0]["after"])) if ends else ("(no end re-solve)", "")
 
 
 def mshape_period() -> tuple[str, ...]:

@@ -56,6 +56,7 @@ def bench_one(path: Path, mode: str, d: int, args) -> dict:
     """Search once per repeat, re-extend to every N, and solve TO at the small N."""
     from tessel_dsl.search.driver import search
     from tessel_dsl.search.finish import reextend
+    from tessel_dsl.search.notes import render
     from tessel_dsl.search.optimal import OptimalTimeout, optimal
 
     spec = parse_file(path, sets={"D": str(d)}, mode=mode)
@@ -75,7 +76,7 @@ def bench_one(path: Path, mode: str, d: int, args) -> dict:
             break
     info = result.info
     row.update(seconds=statistics.median(times), runs=len(times), nr=info.nr, period=info.period,
-               lb=info.lower_bound, proven=info.proven, method=info.method, note=info.note)
+               lb=info.lower_bound, proven=info.proven, method=info.method, note=render(info.notes))
     schedules = {}
     for n in SIZES:
         if n == SIZES[0]:

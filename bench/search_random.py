@@ -81,6 +81,7 @@ def _child(text: str, queue) -> None:
     from tessel_dsl.errors import TesselError
     from tessel_dsl.lang.parser import parse
     from tessel_dsl.search.driver import search
+    from tessel_dsl.search.notes import render
 
     phases: dict[str, float] = {}
     last = [None, time.process_time()]
@@ -97,7 +98,7 @@ def _child(text: str, queue) -> None:
         spec = parse(text)
         res = search(spec, progress=progress)
         out = {"method": res.info.method, "proven": res.info.proven, "period": res.info.period,
-               "lower": res.info.lower_bound, "copies": res.info.copies, "note": res.info.note}
+               "lower": res.info.lower_bound, "copies": res.info.copies, "note": render(res.info.notes)}
     except TesselError as e:
         out = {"method": "error", "note": str(e).splitlines()[0][:120]}
     out["cpu_s"] = time.process_time() - t0

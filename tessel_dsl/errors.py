@@ -87,6 +87,11 @@ CODES: dict[str, str] = {
     "bad-set-value": "a `--set` value that is not a number",
     "unknown-unit": "a unit that is not a time or memory unit where one is needed",
     "missing-resolution": "a physical unit without the matching `resolution`",
+    "rounded": "(a note) a quantity rounded to its resolution, under `resolution time 1ms round` (or `memory`)",
+    "several-sources": "(a warning) several forward blocks with no input, not declared `independent`: "
+                       "a micro-batch enters at each (a head not connected after the last layer?)",
+    "not-a-source": "`independent` names a block that has an input (only a forward block without one starts a path)",
+    "missing-unit": "a size without a unit beside one with a unit on the same `memory` line (`memory 80GB reserve 35`)",
     "not-integer": "a fraction where a whole number is needed",
     "unknown-dtype": "a tensor dtype that is not known",
     "unknown-metric": "an expectation of a metric that is not known",
@@ -127,15 +132,17 @@ def codes_table() -> str:
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """One semantic problem: a stable code (e.g. ``unknown-name``), a message and where."""
+    """One semantic problem: a stable code (e.g. ``unknown-name``), a message and where. A
+    ``warning`` does not stop the spec from being read (`Spec.warnings`); an ``error`` does."""
 
     code: str
     message: str
     location: Location | None = None
+    severity: str = "error"
 
     def __str__(self) -> str:
         where = f"{self.location}: " if self.location else ""
-        return f"{where}error[{self.code}]: {self.message}"
+        return f"{where}{self.severity}[{self.code}]: {self.message}"
 
 
 class SpecError(TesselError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 
-from tessel_dsl.errors import Location
+from tessel_dsl.errors import Diagnostic, Location
 
 __all__ = ["DTYPE_BYTES", "Block", "Edge", "Expectation", "Kind", "Link", "Mode", "Spec", "Tensor", "Units"]
 
@@ -145,6 +145,9 @@ class Spec:
     # `memory` on every device and nothing reserved, so specs and plans without them are unchanged.
     device_memory: tuple[int, ...] = ()
     reserved: tuple[int, ...] = ()
+    # What reading the spec text found worth saying without refusing it (`Diagnostic` warnings,
+    # each with its file:line:col); not part of the spec's meaning, so not compared or stored.
+    warnings: tuple[Diagnostic, ...] = field(default=(), compare=False, repr=False)
 
     def capacity(self, device: int) -> int:
         """The memory left for activations on `device`: its capacity less what is reserved there.

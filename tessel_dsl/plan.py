@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from tessel_dsl.errors import PlanError
 from tessel_dsl.fileio import write_text_atomic
@@ -18,10 +19,20 @@ from tessel_dsl.program import Program
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.serialize import from_json, to_json
 
-__all__ = ["Plan", "SearchInfo", "load_plan", "make_plan", "plan_from_json", "plan_to_json", "save_plan"]
+__all__ = ["Note", "Plan", "SearchInfo", "load_plan", "make_plan", "plan_from_json", "plan_to_json", "save_plan"]
 
 SCHEMA = "tessel-plan"
 VERSION = 1
+
+
+@dataclass(frozen=True)
+class Note:
+    """One thing the search says about its answer, as data: a kind and its values (JSON values:
+    numbers, strings, booleans, lists). `tessel_dsl.search.notes.SENTENCES` words each kind; the
+    plan keeps the data, so a reader can act on a kind without parsing English."""
+
+    kind: str
+    values: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,7 @@ class SearchInfo:
 
     `period_proven`: `period` (per micro-batch: `period / repetend_copies`) is the smallest of
     any repetend that holds each block at most `copies` times (over every N_R the search allows). `proven`: that, and no budget or time limit
-    cut any solve of the search short (the note says which did). `makespan_bound` is a lower bound
+    cut any solve of the search short (`notes` say which did). `makespan_bound` is a lower bound
     on the makespan for this N (`search/bounds.py`, time and memory); the makespan is optimal when it
     reaches it.
     """
@@ -44,7 +55,7 @@ class SearchInfo:
     nr: int = 0
     candidates_tried: int = 0
     candidates_pruned: int = 0
-    note: str = ""
+    notes: tuple[Note, ...] = ()
     period_proven: bool = False
     copies: int = 1
     makespan_bound: int = 0
@@ -79,11 +90,24 @@ def plan_from_json(data: object, origin: str = "<plan>") -> Plan:
     if data.get("version") != VERSION:
         raise PlanError(f"{origin}: plan version {data.get('version')!r} is not supported (this tool reads version {VERSION})")
     body = {k: v for k, v in data.items() if k not in ("schema", "version")}
+    body = _worded_note(body)
     try:
         plan = from_json(Plan, body, "plan")
     except PlanError as e:
         raise PlanError(f"{origin}: {e}") from None
     return validate_plan(plan, origin)
+
+
+def _worded_note(body: dict) -> dict:
+    """A plan written before notes were data stores one sentence, ``search.note``: it is kept as
+    the single note of kind ``worded`` (its text as stored)."""
+    info = body.get("search")
+    if not isinstance(info, dict) or not isinstance(info.get("note"), str) or "notes" in info:
+        return body
+    text = info["note"]
+    notes = [{"kind": "worded", "values": {"text": text}}] if text else []
+    info = {k: v for k, v in info.items() if k != "note"} | {"notes": notes}
+    return body | {"search": info}
 
 
 def write_json_atomic(path: str | os.PathLike, data: object) -> None:

@@ -65,3 +65,22 @@ def parse_sets(values: list[str] | None) -> dict[str, str]:
             raise typer.BadParameter(f"expected K=V, got {v!r}", param_hint="--set")
         out[key.strip()] = val.strip()
     return out
+
+
+SHOWN_PER_CODE = 20  # of one kind of warning or note, this many lines, then a count of the rest
+
+
+def show_warnings(spec) -> None:
+    """A parsed spec's warnings and notes (`Spec.warnings`: a source not declared independent, a
+    quantity rounded to its resolution), one per line on stderr, so that `--json` output on
+    stdout stays the JSON alone."""
+    from rich.markup import escape
+
+    shown: dict[str, int] = {}
+    for w in getattr(spec, "warnings", ()):
+        shown[w.code] = shown.get(w.code, 0) + 1
+        if shown[w.code] <= SHOWN_PER_CODE:
+            err_console.print(f"[yellow]{escape(str(w))}[/]", highlight=False, soft_wrap=True)
+    for code, n in shown.items():
+        if n > SHOWN_PER_CODE:
+            err_console.print(f"[yellow]... and {n - SHOWN_PER_CODE} more {code} lines[/]", highlight=False)

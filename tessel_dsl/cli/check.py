@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from tessel_dsl.cli.app import app, console, parse_sets
+from tessel_dsl.cli.app import app, console, parse_sets, show_warnings
 from tessel_dsl.units import memory_in, time_in
 
 
@@ -30,9 +30,14 @@ def summarize(spec) -> dict:
         "microbatch_memory": list(microbatch_memory(spec)),
         "resident_memory": list(resident_memory(spec)),
         "max_inflight": max_inflight(spec),
+        # Per device: how many micro-batches its capacity holds at once (None: it keeps nothing
+        # between forward and backward, so memory sets no limit there); the minimum is max_inflight.
+        "max_inflight_per_device": [spec.capacity(d) // h if h > 0 else None
+                                    for d, h in enumerate(resident_memory(spec))],
         # What bounds the schedule on each device: its memory less what is reserved there.
         "capacities": list(spec.capacities),
         "reserved_per_device": [spec.reserved_on(d) for d in range(spec.devices)],
+        "warnings": [str(w) for w in spec.warnings],
     }
 
 
@@ -43,6 +48,8 @@ DEVICE_COLUMNS = (
     ("busy", "right", lambda s, d: time_in(s["units"], s["busy_time"][d])),
     ("capacity", "right", lambda s, d: _capacity(s, d)),
     ("memory / mb", "right", lambda s, d: memory_in(s["units"], s["microbatch_memory"][d])),
+    ("max in flight", "right", lambda s, d: "-" if s["max_inflight_per_device"][d] is None
+     else str(s["max_inflight_per_device"][d])),
 )
 
 
@@ -81,7 +88,8 @@ def render(summary: dict) -> None:
     caps = s["capacities"]
     under = (f"memory {memory_in(s['units'], caps[0])}" if len(set(caps)) == 1
              else "each device's capacity")
-    console.print(f"max in-flight micro-batches under {under}: [bold]{s['max_inflight']}[/]")
+    console.print(f"max in-flight micro-batches under {under}: [bold]{s['max_inflight']}[/] "
+                  "(the fewest of any device; per device in the table)")
     from tessel_dsl.tools.expect import format_value
 
     for x in s["expectations"]:
@@ -107,6 +115,7 @@ def check(
     if mode is not None and mode not in ("train", "infer"):
         raise typer.BadParameter(f"expected train or infer, got {mode!r}", param_hint="--mode")
     parsed = parse_file(spec, sets=parse_sets(set_) or None, mode=mode)
+    show_warnings(parsed)
     summary = summarize(parsed)
     if as_json:
         typer.echo(json.dumps(summary, indent=1))

@@ -8,9 +8,11 @@ from typing import Optional
 
 import typer
 
-from tessel_dsl.cli.app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets, show_warnings
 from tessel_dsl.search.baselines import RECORDS
 from tessel_dsl.search.baselines.compare import label
+from tessel_dsl.search.notes import Note
+from tessel_dsl.search.notes import render as render_notes
 from tessel_dsl.search.optimal import TO_EFFORT
 
 _SCHEDULE_NAMES = ", ".join(("tessel", *(b.name for b in RECORDS)))
@@ -88,7 +90,8 @@ def render_rows(title: str, rows, units=None) -> list:
         if r.schedule in ("to", "tessel") and r.proven is False:
             name += "[yellow]*[/]"
             if r.schedule == "to":
-                to_cut = r.extra.get("note", "") or "not proven optimal: a budget or time limit cut the solve"
+                to_cut = (render_notes(Note(x["kind"], x["values"]) for x in r.extra.get("notes", ()))
+                          or "not proven optimal: a budget or time limit cut the solve")
             else:
                 unproven = True
         gap = "-" if r.gap_to_optimal is None else f"{r.gap_to_optimal:+.1%}"
@@ -185,7 +188,9 @@ def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
         return plan.spec, ((f"plan:{plan.schedule.name}", plan.schedule),)
     from tessel_dsl.lang.parser import parse_file
 
-    return parse_file(path, sets=sets or None, mode=mode), ()
+    spec = parse_file(path, sets=sets or None, mode=mode)
+    show_warnings(spec)
+    return spec, ()
 
 
 @app.command(help="Makespan, bubble, steady-state period and peak memory of each schedule, side by "

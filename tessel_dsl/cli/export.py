@@ -42,6 +42,7 @@ def import_(
     """Read a PyTorch CSV schedule back as a plan, so `simulate` and `compare` can judge it."""
     from tessel_dsl.interop.torch_csv import schedule_from_csv
     from tessel_dsl.plan import SearchInfo, load_plan, make_plan, save_plan
+    from tessel_dsl.search.notes import note
 
     overrides = parse_sets(sets)
     if spec.suffix == ".json":
@@ -53,7 +54,7 @@ def import_(
 
         the_spec = parse_file(spec, sets=overrides or None)
     schedule = schedule_from_csv(the_spec, csv, name=name)
-    info = SearchInfo(method="import", note=f"imported from {csv.name} (torch CSV); start times by compaction")
+    info = SearchInfo(method="import", notes=(note("imported", file=csv.name),))
     plan = make_plan(the_spec, schedule, info, blocking=blocking)
     save_plan(plan, output)
     console.print(

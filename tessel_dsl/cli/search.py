@@ -7,7 +7,9 @@ from typing import Optional
 
 import typer
 
-from tessel_dsl.cli.app import app, console, err_console, parse_sets
+from tessel_dsl.cli.app import app, console, err_console, parse_sets, show_warnings
+from tessel_dsl.search.notes import render as render_notes
+from tessel_dsl.serialize import to_json
 
 
 def in_time(s: dict, units: int) -> str:
@@ -66,7 +68,10 @@ def summary(spec, plan) -> dict:
         "copies": info.copies,
         "candidates_tried": info.candidates_tried,
         "candidates_pruned": info.candidates_pruned,
-        "note": info.note,
+        # what reading the spec said without refusing it: quantities rounded, sources undeclared
+        "spec_warnings": [str(w) for w in spec.warnings],
+        "note": render_notes(info.notes),
+        "notes": [to_json(x) for x in info.notes],
     }
 
 
@@ -113,7 +118,13 @@ ROWS = (
                          f"{s['candidates_tried']} tried, {s['candidates_pruned']} pruned"),
     ("proven", _proven),
     ("note", lambda s: s["note"] or None),
+    ("spec rounded", lambda s: _rounded(s["spec_warnings"])),
 )
+
+
+def _rounded(warnings: list[str]) -> str | None:
+    n = sum("note[rounded]" in w for w in warnings)
+    return f"{n} quantit{'y' if n == 1 else 'ies'} rounded to the resolution (each listed above)" if n else None
 
 
 def render(s: dict, out: Path) -> None:
@@ -164,6 +175,7 @@ def search(
     if method not in ("auto",) + METHODS:
         raise typer.BadParameter(f"expected auto, {', '.join(METHODS)}; got {method!r}", param_hint="--method")
     parsed = parse_file(spec, sets=parse_sets(set_) or None, mode=mode)
+    show_warnings(parsed)
     out = output if output is not None else Path(f"{spec.stem}.plan.json")
     with LiveProgress(err_console) as progress:
         result = run_search(parsed, microbatches=microbatches, solver=solver, method=method,

@@ -42,7 +42,7 @@ METRICS = ("bubble", "peak_memory", "period", "makespan", "deadlock_free")
 SYMBOLS = ("M", "lower_bound")  # expectation values resolved later, against the searched plan
 _BANDWIDTH_DIGITS = 6  # bandwidths are stored rounded, so a plan file reads back equal
 _HEADER = (A.Placement, A.Devices, A.Memory, A.Microbatches, A.ModeStmt, A.LinkStmt, A.Expect, A.Derive)
-_BODY = (A.BlockDecl, A.Edges, A.For, A.Use)
+_BODY = (A.BlockDecl, A.Edges, A.For, A.Use, A.Independent)
 
 
 class _Stop(Exception):
@@ -89,6 +89,9 @@ class Evaluator(Values):
         self.pending_of: list[tuple[int, A.BlockDecl]] = []  # backward blocks to link to forwards
         self.edges: list[Edge] = []
         self.expectations: list[Expectation] = []
+        self.independent: list[tuple[str, Location]] = []  # `independent` names, rendered
+        self.rounding: set[str] = set()
+        self.rounded: list[Diagnostic] = []
         self.out = Program()
         self.skipped_blocks = 0
         self._seen_header: dict[str, Location] = {}
@@ -220,6 +223,8 @@ class Evaluator(Values):
                 raise self.error("unknown-unit", f"`{q.unit or ''}` is not a {s.what} unit "
                                  f"(use one of {U.describe(table)})", q.loc)
             label = f"{show_number(value)}{q.unit}"
+            if s.round:
+                self.rounding.add(s.what)
             size = exact(value * scale(table, q.unit))
             if s.what == "time":
                 self._time_res = (Fraction(size), label)
@@ -281,9 +286,11 @@ class Evaluator(Values):
             o.devices = n
         elif isinstance(s, A.Memory):
             if s.on is not None:
+                self._same_units(s)
                 self._memory_lines.append(s)  # resolved once `devices` is known
                 return
             self._once("memory", s.loc)
+            self._same_units(s)
             o.memory = self._capacity(s.train)
             if s.infer is not None:
                 o.infer_memory = self._capacity(s.infer)
@@ -307,6 +314,23 @@ class Evaluator(Values):
             o.derive_time = self.grad_time(s.time, self.params) if s.time else ("x", 2)
         elif isinstance(s, A.Expect):
             self._expect(s)
+
+    def _same_units(self, s: A.Memory) -> None:
+        """`memory 80GB reserve 35` would read 35 as units of the memory resolution: a size without
+        a unit beside one with a unit on the same line is refused, at the bare number."""
+        given = [(what, size) for what, size in (("memory", s.train), ("infer", s.infer), ("reserve", s.reserve))
+                 if size is not None]
+        if any(len({q.unit is None for _, q in size.terms}) > 1 for _, size in given):
+            return  # a sum that mixes is refused by `memory_size`, at the sum
+        sizes = [(what, size.terms[0][1]) for what, size in given]
+        with_unit = next((q for _, q in sizes if q.unit is not None), None)
+        bare = next(((what, q) for what, q in sizes if q.unit is None), None)
+        if with_unit is None or bare is None:
+            return
+        what, q = bare
+        raise self.error("missing-unit", f"`{what}` has no unit beside `{with_unit.unit}` on this memory line, so it "
+                         f"would count units of the memory resolution: write the unit (e.g. "
+                         f"`{show_number(self.num(q.expr, self.params))}{with_unit.unit}`)", q.loc)
 
     def _capacity(self, size: A.MemSize, what: str = "memory capacity") -> int:
         n = self.memory_size(size, self.params)
@@ -399,13 +423,15 @@ class Evaluator(Values):
                     self._nested(t, inner)
         elif isinstance(s, A.Use):
             self._use(s, env)
+        elif isinstance(s, A.Independent):
+            self.independent += [(self.render(n, env), n.loc) for n in s.names]
         else:
-            raise self.error("misplaced-statement", "only blocks, dependencies, `for` and `use` may "
+            raise self.error("misplaced-statement", "only blocks, dependencies, `for`, `use` and `independent` may "
                              "appear inside a loop or a shape", s.loc)
 
     def _nested(self, s: A.Stmt, env) -> None:
         if not isinstance(s, _BODY):
-            self.error("misplaced-statement", "only blocks, dependencies, `for` and `use` may "
+            self.error("misplaced-statement", "only blocks, dependencies, `for`, `use` and `independent` may "
                        "appear inside a loop or a shape", s.loc)
             return
         self._guard(self._body, s, True, env)

@@ -304,7 +304,7 @@ def _check_statement_length(text: str, file: str) -> None:
 def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
     """Evaluate a parsed module into a checked Spec (raises SpecError with every problem)."""
     from tessel_dsl.lang.evaluate import Evaluator
-    from tessel_dsl.lang.spec_check import cap_repeated, diagnose
+    from tessel_dsl.lang.spec_check import cap_repeated, diagnose, source_problems
 
     load_diags: list[Diagnostic] = []
     ev = Evaluator(module, sets, _loader(load_diags))
@@ -363,11 +363,16 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
         diags.append(_placed(Diagnostic("bad-devices", "the spec has no usable device count")
                              if spec.devices < 1 else Diagnostic("no-blocks", "the placement declares no blocks"),
                              ev, module.file))
+    warnings: list[Diagnostic] = list(ev.rounded)
+    if not diags:
+        found = source_problems(spec, ev.independent)
+        warnings += [d for d in found if d.severity == "warning"]
+        diags += [d for d in found if d.severity != "warning"]
     if diags:
         diags.sort(key=lambda d: (d.location is None, d.location.file if d.location else "",
                                   d.location.line if d.location else 0, d.location.column if d.location else 0))
         raise SpecError(cap_repeated(diags))
-    return spec
+    return replace(spec, warnings=tuple(warnings)) if warnings else spec
 
 
 def _placed(d: Diagnostic, ev, file: str) -> Diagnostic:

@@ -229,3 +229,50 @@ def _suggest(name: str, names: list[str]) -> str:
 
     close = difflib.get_close_matches(name, names, n=1)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+def source_problems(spec: Spec, declared: list[tuple[str, Location]]) -> list[Diagnostic]:
+    """Forward blocks with no input start a micro-batch's path. One is the rule; more than one is
+    meant when they are declared (`independent V0, T0`: two towers), but more often a block was
+    left unconnected (a head never put after the last layer). Every source but the one that
+    reaches the most forward blocks must be declared, or it gets a warning at its block; a
+    declared name that is no block is an error (``unknown-name``), and so is one that has an input
+    (``not-a-source``)."""
+    out: list[Diagnostic] = []
+    named = {name for name, _ in declared}
+    for name, loc in declared:
+        if name not in spec.by_name:
+            out.append(Diagnostic("unknown-name", f"`independent` names `{name}`, which is no block", loc))
+        elif spec.block(name).kind is not Kind.FORWARD or spec.preds[name]:
+            why = (f"it has an input ({spec.preds[name][0]} -> {name})" if spec.preds[name]
+                   else f"it is a {spec.block(name).kind.value} block")
+            out.append(Diagnostic("not-a-source", f"`independent` names {name}, but {why}: only a forward "
+                                  "block with no input starts a path", loc))
+    sources = [b.name for b in spec.blocks if b.kind is Kind.FORWARD and not spec.preds[b.name]]
+    if len(sources) < 2:
+        return out
+    reach = {s: _forward_reach(spec, s) for s in sources}
+    main = max(sources, key=lambda s: len(reach[s]))  # the first of the longest, in block order
+    ends = [b for b in reach[main] if not any(spec.block(x).kind is Kind.FORWARD for x in spec.succs[b])]
+    for s in sources:
+        if s == main or s in named:
+            continue
+        after = f" (e.g. `{ends[-1]} -> {s}`)" if ends else ""
+        out.append(Diagnostic(
+            "several-sources",
+            f"forward block {s} has no input, and neither has {main} ({len(reach[main])} forward blocks "
+            f"from it): a micro-batch enters at both. Connect {s} after the block that feeds it{after}, "
+            f"or declare that it starts a path of its own: `independent {s}`",
+            spec.block(s).span, severity="warning"))
+    return out
+
+
+def _forward_reach(spec: Spec, start: str) -> list[str]:
+    """The forward blocks reachable from `start` (itself included), in block order."""
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in spec.succs[todo.pop()]:
+            if nxt not in seen and spec.block(nxt).kind is Kind.FORWARD:
+                seen.add(nxt)
+                todo.append(nxt)
+    return [b.name for b in spec.blocks if b.name in seen]

@@ -143,6 +143,7 @@ class ModeStmt(Stmt):
 class Resolution(Stmt):
     what: str  # "time" or "memory"
     unit: Quantity
+    round: bool = False  # `resolution time 1ms round`: inexact quantities are rounded, and reported
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,13 @@ class TensorAnn:
 class Edges(Stmt):
     nodes: tuple[Node, ...]
     tensor: TensorAnn | None
+
+
+@dataclass(frozen=True)
+class Independent(Stmt):
+    """``independent V0, T0``: source blocks meant to start paths of their own."""
+
+    names: tuple[Name, ...]
 
 
 @dataclass(frozen=True)

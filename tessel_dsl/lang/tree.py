@@ -21,6 +21,7 @@ from tessel_dsl.lang.syntax import (
     Expr,
     For,
     Include,
+    Independent,
     LinkStmt,
     Memory,
     MemSize,
@@ -171,10 +172,10 @@ class ToAst(Transformer):
         return ModeStmt(self._loc(meta), str(c[0]))
 
     def resolution_time(self, meta, c):
-        return Resolution(self._loc(meta), "time", c[0])
+        return Resolution(self._loc(meta), "time", c[0], len(c) > 1)
 
     def resolution_memory(self, meta, c):
-        return Resolution(self._loc(meta), "memory", c[0])
+        return Resolution(self._loc(meta), "memory", c[0], len(c) > 1)
 
     def latency(self, meta, c):
         return ("latency", c[0])
@@ -243,6 +244,9 @@ class ToAst(Transformer):
         tensor = c[-1] if isinstance(c[-1], TensorAnn) else None
         nodes = tuple(x for x in c if not isinstance(x, TensorAnn))
         return Edges(self._loc(meta), nodes, tensor)
+
+    def independent(self, meta, c):
+        return Independent(self._loc(meta), tuple(self._name(t) for t in c))
 
     def derive(self, meta, c):
         return Derive(self._loc(meta), c[0] if c else None)

@@ -9,6 +9,7 @@ quantity that is not a whole number of its resolution is always reported, howeve
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
@@ -83,6 +84,8 @@ class Values:
     diags: list[Diagnostic]
     _time_res: tuple[Fraction, str] | None  # seconds per unit, exactly; the label
     _mem_res: tuple[int, str] | None
+    rounding: set[str]  # "time" and/or "memory": the resolutions declared with `round`
+    rounded: list[Diagnostic]  # what rounding changed, one note per quantity and place
 
     def error(self, code: str, message: str, loc: Location | None) -> Skip:
         d = Diagnostic(code, message, loc)
@@ -212,12 +215,27 @@ class Values:
                            A.Quantity(A.Num(value, size.loc), unit, size.loc), "memory")
 
     def _whole(self, units: Number, value: Number, q: A.Quantity, what: str) -> int:
-        """`units` as an integer, or an error: a quantity is never rounded silently."""
+        """`units` as an integer, or an error: a quantity is never rounded silently. Under
+        `resolution ... round` it is rounded to the nearest unit (half up; a positive time to at
+        least one unit) and a ``rounded`` note says so (`Spec.warnings`)."""
         if not isinstance(units, int):
             res = self._time_res if what == "time" else self._mem_res
+            if what in self.rounding:
+                whole = math.floor(units + Fraction(1, 2))
+                if what == "time" and units > 0:
+                    whole = max(1, whole)
+                unit = res[1].lstrip("0123456789.")
+                step = exact(Fraction(res[1][:len(res[1]) - len(unit)]))
+                note = Diagnostic("rounded", f"{what} {show_number(value)}{q.unit} is {show_number(units)} units of "
+                                  f"`resolution {what} {res[1]}`: rounded to {show_number(whole * step)}{unit}",
+                                  q.loc, severity="note")
+                if note not in self.rounded:  # a loop repeats the same quantity once per iteration
+                    self.rounded.append(note)
+                return whole
             raise self.error("inexact-quantity", f"{what} {show_number(value)}{q.unit} is {show_number(units)} "
                              f"units of `resolution {what} {res[1]}`, not a whole number; write a multiple "
-                             f"of the resolution or declare a finer one", q.loc)
+                             f"of the resolution, declare a finer one, or let it be rounded: "
+                             f"`resolution {what} {res[1]} round`", q.loc)
         return units
 
     def grad_time(self, q: A.Quantity, env) -> tuple[str, Number]:

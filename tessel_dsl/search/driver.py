@@ -33,7 +33,7 @@ from tessel_dsl.search.finish import finish
 from tessel_dsl.search.kcopy import with_copies
 from tessel_dsl.search.membound import memory_period_bound
 from tessel_dsl.search.modulo import POLISH_EFFORT
-from tessel_dsl.search.notes import Note, note, render
+from tessel_dsl.search.notes import Note, note
 from tessel_dsl.search.period_walk import modulo_search
 from tessel_dsl.search.repetend import (
     Counters,
@@ -86,8 +86,8 @@ ACCEPT_EFFORT = 5.0  # deterministic budget of one satisfiability solve of a war
 
 def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counters: Counters,
                   report: Callable[[str], None], witnesses: dict | None = None,
-                  cap: int | None = None) -> tuple[Repetend, bool, str]:
-    """The best repetend (lazily checked for completion), whether that is proven, and a note.
+                  cap: int | None = None) -> tuple[Repetend, bool, tuple[Note, ...]]:
+    """The best repetend (lazily checked for completion), whether that is proven, and notes.
     `witnesses` (if given) receives, per accepted repetend, the valid warmup and cooldown that
     showed it can be completed. With `cap`, only periods below it are looked for (a repetend at
     `cap` or above is of no use to the caller): the one-micro-batch repetend comes back when none
@@ -110,15 +110,16 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counter
 
     fallback = serial_repetend(spec, solver, counters, clock.left)
     upper = fallback.period
-    notes = []
+    notes: list[Note] = []
     if method == "modulo":
-        rep, proven, note, enumerate_instead = modulo_search(
+        rep, proven, said, enumerate_instead = modulo_search(
             spec, fallback, solver=solver, clock=clock, counters=counters, report=report, accept=accept, cap=cap)
+        notes += [said] if said is not None else []
         if not enumerate_instead:
             if rep is fallback and not proven:
-                note = f"{note}; using a one-micro-batch repetend"
-            return rep, proven, note
-        notes.append(note + "; enumerating")
+                notes.append(note("one-mb-repetend"))
+            return rep, proven, tuple(notes)
+        notes.append(note("enumerating"))
         upper = rep.period + 1 if rep is not fallback else upper
     upper = upper if cap is None else min(upper, cap)
     rep, complete = enumerate_search(
@@ -127,10 +128,10 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counter
     complete = complete and not undecided  # a candidate whose completion went unsettled was skipped
     if rep is None:
         if not complete:
-            notes.append(f"time limit reached while trying period {counters.period * clock.unit}; using a one-micro-batch repetend")
-        return fallback, complete, "; ".join(notes)
+            notes += [note("enumerate-time-limit", period=counters.period * clock.unit), note("one-mb-repetend")]
+        return fallback, complete, tuple(notes)
     rep = _polish(spec, rep, solver, clock.left())
-    return rep, complete, "; ".join(notes)
+    return rep, complete, tuple(notes)
 
 
 COMPLETION_EFFORT = 2.0  # deterministic solver budget of each optimising warmup / cooldown solve
@@ -142,7 +143,7 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
 
     `solver` is ``auto``, ``cpsat`` or ``z3``; `method` is ``auto``, ``enumerate`` or ``modulo``;
     with `time_limit` (seconds) the best valid schedule found so far is returned and
-    ``info.proven`` is False, with ``info.note`` saying why.
+    ``info.proven`` is False, with ``info.notes`` saying why.
     """
     n = spec.microbatches if microbatches is None else microbatches
     _check_inputs(spec, n, method)
@@ -183,17 +184,17 @@ def _constructive(spec: Spec, n: int, clock: Clock,
     if progress is not None:
         progress(Progress("done", lower * u, rep.period * u, rep.nr, rep.period * u, 0, 0, clock.elapsed()))
     info = SearchInfo("none", "constructive", True, clock.elapsed(), lower_bound(spec), rep.period, rep.nr,
-                      0, 0, render([note("constructive")]), period_proven=True, copies=1,
+                      0, 0, (note("constructive"),), period_proven=True, copies=1,
                       makespan_bound=makespan_bound(spec, n))
     return SearchResult(sched, info)
 
 
 def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
             progress: Callable[[Progress], None] | None,
-            find: Callable[..., tuple[Repetend, bool, str]] | None = None) -> SearchResult:
+            find: Callable[..., tuple[Repetend, bool, tuple[Note, ...]]] | None = None) -> SearchResult:
     """`search` on a spec whose times have no common divisor left (times in that spec's units).
     `find` (optional) replaces `find_repetend`: called with the spec and the same keywords, it
-    returns (repetend, period proven, note); completion, extension and finishing are as usual.
+    returns (repetend, period proven, notes); completion, extension and finishing are as usual.
 
     Phases: a direct solve when memory grows with every micro-batch (`_direct_search`); else the
     repetend, its warmup and cooldown (`_complete`), the extension to N with finishing, or below
@@ -222,7 +223,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
     counters.period, counters.nr = rep.period, rep.nr
     report("completion")
     parts = _complete(spec, rep, solver=solver, clock=clock, counters=counters, witnesses=witnesses)
-    notes = [note("text", text=found)] if found else []
+    notes = list(found)
     report("extension")
     proofs: list[str] = []  # solves that proved the final schedule's makespan optimal (refine.py)
     bound = makespan_bound(spec, n)
@@ -230,7 +231,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
         sched = extend(spec, parts, n)
         report("refinement")
         sched, how = finish(spec, sched, solver=solver, clock=clock, cuts=counters.cuts, proofs=proofs)
-        notes += [note("text", text=h) for h in how]
+        notes += how
         truncated = False
     else:
         # N < N_R too large to solve: not proven optimal unless at the makespan bound
@@ -247,7 +248,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
     if not proven and not notes:
         notes.append(note("time-limit"))
     info = SearchInfo(solver, method, proven, clock.elapsed(), lower, rep.period, rep.nr,
-                      counters.tried, counters.pruned, render(notes), period_proven=period_proven, copies=1,
+                      counters.tried, counters.pruned, tuple(notes), period_proven=period_proven, copies=1,
                       makespan_bound=bound)
     report("done")
     return SearchResult(sched, info)
@@ -276,7 +277,7 @@ def _direct_search(spec: Spec, n: int, net: list[int], *, solver: str, clock: Cl
     notes = [note("memory-grows", memory=net[dev], device=dev, n=n, serial=serial)]
     if not proven:
         notes.append(note("direct-cut"))
-    info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0, render(notes),
+    info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0, tuple(notes),
                       period_proven=False, copies=1, makespan_bound=makespan_bound(spec, n))
     return SearchResult(sched, info)
 

@@ -12,6 +12,7 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.search.clock import Clock
 from tessel_dsl.search.extend import extend
+from tessel_dsl.search.notes import Note, note
 from tessel_dsl.search.solvers import resolve
 from tessel_dsl.search.timescale import divide_schedule, divide_spec, divisible, scale_schedule, time_unit
 
@@ -35,7 +36,7 @@ def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str =
 
 
 def finish(spec: Spec, sched: Schedule, *, solver: str, clock: Clock,
-           cuts: list[str] | None = None, proofs: list[str] | None = None) -> tuple[Schedule, list[str]]:
+           cuts: list[str] | None = None, proofs: list[str] | None = None) -> tuple[Schedule, list[Note]]:
     """The best valid schedule for this N: the extension, or a shorter applicable baseline, with
     its ends re-solved (`refine.py`); the stored repetend, warmup and cooldown stay for re-extension."""
     from tessel_dsl.search.refine import best_baseline, refine_ends
@@ -45,12 +46,11 @@ def finish(spec: Spec, sched: Schedule, *, solver: str, clock: Clock,
     base = best_baseline(spec, n, than=span)
     if base is not None:
         other, name = base
-        notes.append(f"{name.upper()} for N={n} (makespan {other.makespan(spec) * clock.unit}) beats the extended "
-                     f"repetend ({span * clock.unit}): its block order is used for this N; the repetend is kept for other N")
+        notes.append(note("baseline-beats", baseline=name, n=n, makespan=other.makespan(spec) * clock.unit,
+                          extended=span * clock.unit))
         sched = replace(sched, slots=other.slots, repetend_start=None)
     before = sched.makespan(spec)
     sched, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left(), cuts=cuts, proofs=proofs)
     if better:
-        notes.append(f"re-solving the warmup and cooldown regions for N={n} shortened the makespan "
-                     f"from {before * clock.unit} to {sched.makespan(spec) * clock.unit}")
+        notes.append(note("ends-resolved", n=n, before=before * clock.unit, after=sched.makespan(spec) * clock.unit))
     return sched, notes

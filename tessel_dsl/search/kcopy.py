@@ -15,6 +15,7 @@ from typing import Callable
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.clock import Clock
+from tessel_dsl.search.notes import Note, note
 from tessel_dsl.search.result import Progress, SearchResult
 from tessel_dsl.validate import validate
 
@@ -42,7 +43,7 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     best, span = result, result.schedule.makespan(spec)
     proven_all, tried, per_mb = info.period_proven, 1, Fraction(info.period)
     chain = applies(spec)
-    unused: list[str] = []  # k-copy repetends with a shorter period per micro-batch that were not used
+    unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
         left = clock.left()
         if (not chain and len(spec.blocks) * k > COPIES_MAX_BLOCKS) or (left is not None and left <= 0):
@@ -67,18 +68,14 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
         validate(spec, sched)
         if Fraction(r.info.period, k) < per_mb and sched.makespan(spec) >= span:
             u = clock.unit
-            unused.append(f"a repetend holding each block {k} times has period {r.info.period * u} "
-                          f"({float(Fraction(r.info.period * u, k)):g} per micro-batch) but its makespan for "
-                          f"N={n} is {sched.makespan(spec) * u}, not below {span * u}")
+            unused.append(note("copies-unused", k=k, period=r.info.period * u, n=n,
+                               makespan=sched.makespan(spec) * u, best_makespan=span * u))
         if sched.makespan(spec) < span and Fraction(r.info.period, k) < per_mb:
             u = clock.unit
-            note = (f"a repetend holding each block {k} times (period {r.info.period * u} for {k} micro-batches, "
-                    f"{r.info.period * u / k:g} each) beats the one-copy repetend (period {info.period * u}): "
-                    f"makespan {sched.makespan(spec) * u} against {span * u}; such a plan does not re-extend "
-                    "to another N (search again)")
+            beat = note("copies-beat", k=k, period=r.info.period * u, one_copy_period=info.period * u,
+                        makespan=sched.makespan(spec) * u, one_copy_makespan=span * u)
             best = replace(r, schedule=sched, info=replace(r.info, lower_bound=info.lower_bound, nr=r.info.nr * k,
-                                                             repetend_copies=k,
-                                                             note="; ".join(x for x in (note, r.info.note) if x)))
+                                                             repetend_copies=k, notes=(beat, *r.info.notes)))
             span, per_mb = sched.makespan(spec), Fraction(r.info.period, k)
     out = best.info
     period_proven = proven_all
@@ -87,7 +84,7 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
         # proven only among repetends holding each block as often as it does.
         tried = out.repetend_copies
         period_proven = out.period_proven
-        out = replace(out, note="; ".join(x for x in (out.note, *unused) if x))
+        out = replace(out, notes=(*out.notes, *unused))
     return replace(best, info=replace(
         out, copies=tried, period_proven=period_proven, proven=period_proven and out.proven,
         makespan_bound=makespan_bound(spec, n)))
@@ -117,14 +114,13 @@ def _chain_finder(spec: Spec, k: int, per_mb: Fraction, *, solver: str, clock: C
         return None, False
     rep = built[0]
     u = clock.unit
-    note = "" if settled else (f"the solver budget ran out before every period of {k} copies below "
-                               f"{period * u} was settled")
+    said = () if settled else (note("copies-unsettled", k=k, period=period * u),)
 
     def find(s: Spec, *, witnesses: dict | None = None, **_) -> tuple:
         if witnesses is not None:
             verdict, ends = completion_witness(s, rep, solver=solver, effort=0.0, time_limit=clock.left())
             if ends is not None:
                 witnesses[rep] = ends
-        return rep, settled, note
+        return rep, settled, said
 
     return find, settled

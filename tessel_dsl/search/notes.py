@@ -1,25 +1,32 @@
 """What the search says about its answer, as data: a `Note` is a kind and its values.
 
-The driver's phases return notes and leave the wording to `SENTENCES`, one entry per kind;
-`render` writes them, joined by "; ", as the `note` a plan stores and `tessel search` prints.
-Modules that still word their own remarks (the period walk, finishing, k-copy repetends) pass
-them on as kind ``text``.
+The search's phases return notes (`SearchInfo.notes`, stored as such in plans) and leave the
+wording to `SENTENCES`, one entry per kind; `render` writes them, joined by "; ", for the command
+line (`tessel search`, `tessel compare`). Times in values are in the spec's time unit.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+from tessel_dsl.plan import Note
 
-@dataclass(frozen=True)
-class Note:
-    kind: str
-    values: dict[str, Any] = field(default_factory=dict)
+__all__ = ["SENTENCES", "Note", "note", "render", "stopped_by"]
+
+
+def _plain(v: Any) -> Any:
+    # Values are stored as JSON: a tuple would come back a list, so the note is built with lists.
+    return [_plain(x) for x in v] if isinstance(v, (tuple, list)) else v
 
 
 def note(kind: str, **values: Any) -> Note:
-    return Note(kind, values)
+    if kind not in SENTENCES:
+        raise KeyError(f"no wording for note kind {kind!r}")
+    return Note(kind, {k: _plain(v) for k, v in values.items()})
+
+
+def _g(x: float) -> str:
+    return f"{x:g}"
 
 
 def _seed(v: dict[str, Any]) -> str:
@@ -29,8 +36,46 @@ def _seed(v: dict[str, Any]) -> str:
     return f"{v['baseline'].upper()} for N={v['n']} (makespan {v['seed_makespan']})"
 
 
+def stopped_by(v: dict[str, Any]) -> str:
+    """What stopped an unfinished time-optimal solve: the wall clock, the budget or the solver."""
+    if v["cause"] == "time limit":
+        return f"the time limit ({_g(v['limit'])} s)"
+    return f"the solver budget (effort {_g(v['effort'])})" if v["cause"] == "budget" else "the solver"
+
+
 SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
-    "text": lambda v: v["text"],
+    # A plan written before notes were data keeps its one sentence (`plan._worded_note`).
+    "worded": lambda v: v["text"],
+    "imported": lambda v: f"imported from {v['file']} (torch CSV); start times by compaction",
+    "walk-rejected": lambda v: f"the cyclic model's repetend at P={v['period']} has no valid warmup/cooldown",
+    "walk-unsettled": lambda v: (
+        ("time limit reached" if v["cause"] == "time limit" else "the solver budget ran out")
+        + (f" before periods {v['low']}..{v['high']} were settled" if v["low"] < v["high"]
+           else f" before period {v['low']} was settled")),
+    "enumerating": lambda v: "enumerating",
+    "enumerate-time-limit": lambda v: f"time limit reached while trying period {v['period']}",
+    "one-mb-repetend": lambda v: "using a one-micro-batch repetend",
+    "baseline-beats": lambda v: (
+        f"{v['baseline'].upper()} for N={v['n']} (makespan {v['makespan']}) beats the extended repetend "
+        f"({v['extended']}): its block order is used for this N; the repetend is kept for other N"),
+    "ends-resolved": lambda v: (
+        f"re-solving the warmup and cooldown regions for N={v['n']} shortened the makespan "
+        f"from {v['before']} to {v['after']}"),
+    "copies-beat": lambda v: (
+        f"a repetend holding each block {v['k']} times (period {v['period']} for {v['k']} micro-batches, "
+        f"{_g(v['period'] / v['k'])} each) beats the one-copy repetend (period {v['one_copy_period']}): "
+        f"makespan {v['makespan']} against {v['one_copy_makespan']}; such a plan does not re-extend "
+        "to another N (search again)"),
+    "copies-unused": lambda v: (
+        f"a repetend holding each block {v['k']} times has period {v['period']} "
+        f"({_g(v['period'] / v['k'])} per micro-batch) but its makespan for N={v['n']} is {v['makespan']}, "
+        f"not below {v['best_makespan']}"),
+    "copies-unsettled": lambda v: (
+        f"the solver budget ran out before every period of {v['k']} copies below {v['period']} was settled"),
+    "to-proven": lambda v: "optimum proven",
+    "to-cut": lambda v: f"{stopped_by(v)} ran out: best found, not proven optimal",
+    "to-hint": lambda v: (
+        f"{stopped_by(v)} ran out before the solver returned a schedule: the hint is the best known, not proven optimal"),
     "constructive": lambda v: (
         "built without a solver (modulo list scheduling): the period reaches its lower bound "
         "and the makespan reaches its bound, so both are optimal"),
@@ -58,5 +103,17 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
+def _sentence(n: Note) -> str:
+    said = SENTENCES.get(n.kind)
+    if said is not None:
+        try:
+            return said(n.values)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            pass  # values this version does not expect (a plan from another version): shown as data
+    values = ", ".join(f"{k}={v}" for k, v in n.values.items())
+    return f"{n.kind} ({values})" if values else n.kind
+
+
 def render(notes: Iterable[Note]) -> str:
-    return "; ".join(SENTENCES[n.kind](n.values) for n in notes)
+    """The notes as one line of English, in order, joined by "; "."""
+    return "; ".join(_sentence(n) for n in notes)

@@ -27,6 +27,7 @@ from tessel_dsl.errors import InfeasibleError, TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.plan import SearchInfo
 from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.notes import note, stopped_by
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
 
@@ -40,7 +41,7 @@ class OptimalTimeout(TesselError):
 @dataclass(frozen=True)
 class OptimalResult:
     """The TO schedule and how it was found (`info.proven` is False when the budget or limit cut
-    it short; `info.note` says which)."""
+    it short; `info.notes` say which)."""
 
     schedule: Schedule
     info: SearchInfo
@@ -96,20 +97,20 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
         raise InfeasibleError(f"no schedule of {n} micro-batches fits memory {capacity_in(spec)}")
     # Which one stopped an unfinished solve: the wall clock only if it was given and has passed.
     if time_limit is not None and seconds >= time_limit:
-        cut = f"the time limit ({time_limit:g} s)"
+        cut = {"cause": "time limit", "limit": time_limit}
     else:
-        cut = f"the solver budget (effort {effort:g})" if effort is not None else "the solver"
-    note = "optimum proven" if sol.proven else f"{cut} ran out: best found, not proven optimal"
+        cut = {"cause": "budget", "effort": effort} if effort is not None else {"cause": "solver"}
+    said = note("to-proven") if sol.proven else note("to-cut", **cut)
     starts = sol.starts
     if not sol.ok:
         if hints is None:
-            raise OptimalTimeout(f"TO found no schedule of {n} micro-batches within {cut} ({name})")
+            raise OptimalTimeout(f"TO found no schedule of {n} micro-batches within {stopped_by(cut)} ({name})")
         starts = hints  # the solver did not even get back to the known schedule: report that one
-        note = f"{cut} ran out before the solver returned a schedule: the hint is the best known, not proven optimal"
+        said = note("to-hint", **cut)
     slots = tuple(sorted(Slot(t, b, mb) for (b, mb), t in zip(keys, starts)))
     schedule = Schedule(microbatches=n, slots=slots, name="to")
     validate(spec, schedule)
     lb = lower_bound(spec)
     info = SearchInfo(solver=name, method="to", proven=sol.proven, seconds=seconds, lower_bound=lb,
-                      period=0, nr=n, note=note)
+                      period=0, nr=n, notes=(said,))
     return OptimalResult(schedule, info)

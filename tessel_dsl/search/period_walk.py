@@ -12,6 +12,7 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Repetend
 from tessel_dsl.search.clock import Clock
 from tessel_dsl.search.membound import memory_period_bound, one_copy_chain_bound
+from tessel_dsl.search.notes import Note, note
 from tessel_dsl.search.repetend import Counters, nr_limit
 
 PERIOD_EFFORT = 5.0   # deterministic solver budget (about seconds of one core) for settling one period
@@ -38,7 +39,7 @@ def period_floor(spec: Spec) -> int:
 
 def modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: Clock, counters: Counters,
                    report: Callable[[str], None], accept: Callable[[Repetend], bool | None],
-                   cap: int | None = None) -> tuple[Repetend, bool, str, bool]:
+                   cap: int | None = None) -> tuple[Repetend, bool, Note | None, bool]:
     """Smallest feasible period with the cyclic model: (repetend, proven, note, needs_enumeration).
 
     Feasibility is monotone in the period, so the search keeps ``lo`` (every period below it is
@@ -95,9 +96,8 @@ def modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: Clock, 
         left = clock.left()
         return left is not None and left <= (1.0 - REPETEND_SHARE) * clock.limit
 
-    def rejected(period: int) -> tuple[Repetend, bool, str, bool]:
-        return (best, False, f"the cyclic model's repetend at P={period * clock.unit} has no valid warmup/cooldown",
-                True)
+    def rejected(period: int) -> tuple[Repetend, bool, Note | None, bool]:
+        return best, False, note("walk-rejected", period=period * clock.unit), True
 
     # Gallop: the optimum is usually at or just above the lower bound.
     step, below = 1, lo - 1  # `below`: the highest period tried and not feasible
@@ -126,11 +126,10 @@ def modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: Clock, 
         if status == "rejected":
             return rejected(hi - 1)
     proven = lo >= hi  # every period below the best is proven infeasible
-    note = ""
+    said = None
     if not proven:
-        cause = "time limit reached" if out_of_time() else "the solver budget ran out"
         u = clock.unit
-        note = (f"{cause} before periods {lo * u}..{(hi - 1) * u} were settled" if lo < hi - 1
-                else f"{cause} before period {lo * u} was settled")
+        said = note("walk-unsettled", cause="time limit" if out_of_time() else "budget", low=lo * u,
+                    high=max(lo, hi - 1) * u)
     counters.cuts += [c.replace(f"P={hi}", f"P={hi * clock.unit}") for c in best_cuts]
-    return best, proven, note, False
+    return best, proven, said, False

@@ -13,6 +13,7 @@ from xml.sax.saxutils import escape
 
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
+from tessel_dsl.units import show_time
 
 Bar = tuple[float, float, str, int]  # (start, end, block, micro-batch)
 
@@ -43,6 +44,7 @@ class Timeline:
     title: str = ""
     time_label: str = "unit"
     letters: dict[str, str] = field(default_factory=dict)  # block -> label letter
+    time_seconds: float = 1.0  # seconds per time unit, with `time_label` (the spec's `Units`)
 
 
     @property
@@ -87,7 +89,7 @@ def from_schedule(spec: Spec, schedule: Schedule, title: str = "") -> Timeline:
     span = float(schedule.makespan(spec))
     return Timeline(spec.devices, tuple(map(tuple, rows)), style_keys(spec),
                     repetend_markers(schedule, span), title or schedule.name, spec.units.time_label,
-                    block_letters(spec))
+                    block_letters(spec), spec.units.time_seconds)
 
 
 def from_rows(spec: Spec, rows, schedule: Schedule | None = None, title: str = "") -> Timeline:
@@ -95,7 +97,7 @@ def from_rows(spec: Spec, rows, schedule: Schedule | None = None, title: str = "
     rows = tuple(tuple(sorted(r)) for r in rows)
     span = max((b[1] for r in rows for b in r), default=0.0)
     return Timeline(spec.devices, rows, style_keys(spec), repetend_markers(schedule, span), title,
-                    spec.units.time_label, block_letters(spec))
+                    spec.units.time_label, block_letters(spec), spec.units.time_seconds)
 
 
 # -- terminal ---------------------------------------------------------------------------------
@@ -176,7 +178,10 @@ _SHADES = " \u2591\u2592\u2593\u2588"  # idle .. fully busy
 def _render_scaled(out, tl: Timeline, avail: int, prefix: int) -> None:
     span = tl.span
     per = span / avail  # time units per character
-    out.append(" " * prefix + f"(scaled: 1 char = {per:.3g} {tl.time_label}; shade = busy share, "
+    # `per` time units, shown as a time (`435 ms`), or as units when the spec gave no resolution
+    char = f"{per:.3g} units" if tl.time_label == "unit" else show_time(float(f"{per:.3g}"), tl.time_seconds,
+                                                                       tl.time_label)
+    out.append(" " * prefix + f"(scaled: 1 char = {char}; shade = busy share, "
                "colour = dominant kind)\n", style="dim")
     ruler = [" "] * avail
     for m in tl.markers:

@@ -7,6 +7,7 @@ from tessel_dsl.plan import make_plan, plan_from_json, plan_to_json
 from tessel_dsl.search.baselines import build
 from tessel_dsl.search.copies import fold, unroll
 from tessel_dsl.search.driver import search
+from tessel_dsl.search.notes import render
 from tessel_dsl.validate import validate
 from tests.paths import ROOT
 
@@ -41,7 +42,7 @@ def test_uneven_chain_reaches_the_time_optimal_rate_with_two_copies():
     validate(spec, r.schedule)
     assert r.schedule.makespan(spec) == 345 and r.info.period == 12 and r.info.repetend_copies == 1
     assert r.info.copies == 1 and r.info.period_proven
-    assert "holding each block 2 times has period 21 (10.5 per micro-batch)" in r.info.note
+    assert "holding each block 2 times has period 21 (10.5 per micro-batch)" in render(r.info.notes)
     plan = make_plan(spec, r.schedule, r.info)
     assert plan_from_json(plan_to_json(plan)).search == r.info
 

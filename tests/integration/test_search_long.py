@@ -16,6 +16,7 @@ from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.construct import bound_reaching_schedule, modulo_list_repetend
 from tessel_dsl.search.driver import search
 from tessel_dsl.search.extend import Parts, extend
+from tessel_dsl.search.notes import render
 from tessel_dsl.search.optimal import optimal
 from tessel_dsl.search.solvers import Objective, solve
 from tessel_dsl.search.solvers.holding import holdings
@@ -104,7 +105,7 @@ def test_an_end_re_solve_of_the_whole_schedule_proves_a_makespan_above_the_bound
     spec = parse_file(ROOT / "specs/xshape.tsl")
     r = search(spec, microbatches=4)
     assert r.schedule.makespan(spec) == 38 > r.info.makespan_bound == makespan_bound(spec, 4) == 36
-    assert r.info.proven and "proved that no schedule is shorter" in r.info.note
+    assert r.info.proven and "proved that no schedule is shorter" in render(r.info.notes)
     assert optimal(spec, 4, solver="z3", time_limit=120).schedule.makespan(spec) == 38
 
 

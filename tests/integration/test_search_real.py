@@ -7,6 +7,7 @@ import pytest
 from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.search.baselines import build
 from tessel_dsl.search.driver import search
+from tessel_dsl.search.notes import render
 from tessel_dsl.validate import validate
 from tests.paths import ROOT, SPECS
 
@@ -60,7 +61,7 @@ def test_n_below_nr_too_large_to_solve_uses_the_truncated_nr_schedule(monkeypatc
     assert result.info.nr > 2
     validate(spec, sched)
     assert sorted((s.block, s.mb) for s in sched.slots) == sorted((b.name, m) for m in range(2) for b in spec.blocks)
-    assert not result.info.proven and "too large to solve directly" in result.info.note
+    assert not result.info.proven and "too large to solve directly" in render(result.info.notes)
     optimum = direct(spec, 2, "auto", None)
     assert optimum[1]
     best = max(s.start + spec.block(s.block).time for s in optimum[0])
@@ -85,7 +86,7 @@ def test_memory_bound_chain_as_a_user_writes_it():
     assert info.period == 66 and info.period_proven
     # Two copies repeat every 111 ms (55.5 each, search/chaincycle.py), but at N = 24 the
     # finished baseline order is shorter: 66 is then proven only among one-copy repetends.
-    assert info.copies == 1 and "2 times has period 111 (55.5 per micro-batch)" in info.note
+    assert info.copies == 1 and "2 times has period 111 (55.5 per micro-batch)" in render(info.notes)
     assert sched.makespan(spec) >= info.makespan_bound
     for name in ("1f1b-capped", "gpipe", "1f1b"):
         assert sched.makespan(spec) <= build(spec, name).makespan(spec)

@@ -9,6 +9,7 @@ from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.search.baselines import build
 from tessel_dsl.search.finish import reextend
 from tessel_dsl.search.modulo import cut_block, solve_period
+from tessel_dsl.search.notes import render
 from tessel_dsl.search.refine import best_baseline, refine_ends
 from tessel_dsl.search.repetend import repetend_problem
 from tessel_dsl.search.solvers import Objective, solve
@@ -63,7 +64,7 @@ def test_time_limit_never_returns_worse_than_the_baselines():
     spec = _spec("mshape", 8)
     result = search_mod.search(spec, microbatches=16, time_limit=0.01)
     validate(spec, result.schedule)
-    assert not result.info.proven and result.info.note
+    assert not result.info.proven and render(result.info.notes)
     plus = build(spec, "1f1b+", 16)
     assert result.schedule.makespan(spec) <= plus.makespan(spec)
     assert result.schedule.repetend is not None  # still re-extendable
@@ -116,7 +117,7 @@ def test_search_result_at_small_n_is_pinned_to_the_optimum():
     result = search_mod.search(spec, microbatches=8)
     validate(spec, result.schedule)
     assert result.schedule.makespan(spec) == 76
-    assert "from 88 to 76" in result.info.note
+    assert "from 88 to 76" in render(result.info.notes)
     assert result.info.makespan_bound == 76
 
 

@@ -87,3 +87,19 @@ def test_check_does_not_import_heavy_libraries():
             "print(sorted(m for m in ('z3', 'torch', 'simpy', 'ortools') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.stdout.strip().endswith("[]"), r.stdout + r.stderr
+
+
+def test_max_in_flight_is_shown_per_device():
+    # examples/gpt_memory.tsl: 4 GB per micro-batch on each device, room 8, 16, 16 and 10 GB left
+    # after the reserves: 2, 4, 4 and 2 micro-batches (hand-worked: room // 4 GB)
+    r = tessel("examples/gpt_memory.tsl", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["max_inflight_per_device"] == [2, 4, 4, 2] and data["max_inflight"] == 2
+    r = tessel("examples/gpt_memory.tsl")
+    rows = [ln.split() for ln in r.stdout.splitlines() if ln.strip()[:1].isdigit() and "│" in ln]
+    assert [row[-1] for row in rows] == ["2", "4", "4", "2"]
+    assert "max in flight" in r.stdout
+    # inference keeps nothing between passes: memory sets no limit on any device
+    data = json.loads(tessel("specs/mshape.tsl", "--mode", "infer", "--json").stdout)
+    assert data["max_inflight_per_device"] == [None] * data["devices"]

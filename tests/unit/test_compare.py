@@ -211,3 +211,20 @@ def test_a_baseline_fitted_to_memory_is_labelled(tmp_path):
     assert "zb-v (capped to memory)" in r.stdout and "zb-v capped to memory: its own order needs 8" in r.stdout
     assert "1f1b-capped (" not in r.stdout  # capped by definition: its name says so
 
+
+
+def test_tessel_row_shows_the_period_the_plan_runs_for_this_n():
+    from tessel_dsl.search.baselines.compare import baseline_row, tessel_row
+    from tests.helpers import vshape as chain
+
+    # D=3, M=2: a micro-batch holds device 0's memory from F0 to B0, 3*1 + 3*2 = 9, and two fit,
+    # so nothing beats 9/2 = 4.5 per micro-batch; the search's one-copy repetend has period 6 and
+    # memory-capped 1F1B's order, which reaches 4.5, is what the plan runs at N=8.
+    spec = chain(devices=3, memory=2, fwd=1, bwd=2, microbatches=8)
+    row, sched = tessel_row(spec, 8)
+    capped, capped_sched = baseline_row(spec, "1f1b-capped", 8)
+    assert sched.repetend.period == 6 and sched.slots == capped_sched.slots
+    assert row.period == capped.period == 4.5
+    # Below N_R (here 3) the N micro-batches are solved directly: no repetend runs.
+    row, sched = tessel_row(chain(devices=3, memory=3, fwd=1, bwd=3, microbatches=2), 2)
+    assert sched.repetend.nr == 3 and row.period is None

@@ -388,3 +388,18 @@ def test_plan_messages_show_the_spec_units(searched, tmp_path):
     peaks = list(plan.peak_memory)
     with pytest.raises(PlanError, match=re_escape(f"([{peaks[0] + 1} GB, {peaks[1]} GB")):
         load_plan(path)
+
+
+def test_a_size_without_a_unit_beside_one_with_a_unit_is_refused():
+    # `reserve 35` beside `memory 80GB` would be 35 units of the 1 GB resolution: refused at the 35
+    text = vspec("memory 80GB reserve 35\n"             # line 6
+                 "memory 40 reserve 2GB on 1\n"         # 7
+                 "memory 40GB, infer 30 on 2")          # 8
+    assert codes(text) == [("missing-unit", 6, 21), ("missing-unit", 7, 8), ("missing-unit", 8, 20)]
+    with pytest.raises(SpecError) as e:
+        parse(text, "m.tsl")
+    assert "m.tsl:6:21: error[missing-unit]: `reserve` has no unit beside `GB`" in str(e.value)
+    assert "write the unit (e.g. `35GB`)" in str(e.value)
+    # the same sizes all with units, or all without, are accepted
+    assert parse(vspec("memory 80GB reserve 35GB"), "m.tsl").capacity(0) == 45
+    assert parse(vspec("memory 80 reserve 35"), "m.tsl").capacity(0) == 45

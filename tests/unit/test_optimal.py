@@ -5,6 +5,7 @@ import pytest
 
 from tessel_dsl.errors import InfeasibleError, TesselError
 from tessel_dsl.search.baselines import build
+from tessel_dsl.search.notes import render
 from tessel_dsl.search.optimal import OptimalTimeout, optimal
 from tessel_dsl.validate import validate
 from tests.unit.test_baselines import kshape, mshape, nnshape, vshape, xshape
@@ -87,7 +88,7 @@ def test_too_short_a_time_limit_is_reported_not_hidden():
     except OptimalTimeout as e:
         assert "within the time limit (0.05 s)" in str(e)
     else:
-        assert not r.info.proven and "not proven" in r.info.note
+        assert not r.info.proven and "not proven" in render(r.info.notes)
         validate(spec, r.schedule)
 
 

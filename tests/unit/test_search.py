@@ -7,6 +7,7 @@ import pytest
 
 from tessel_dsl.errors import InfeasibleError, TesselError
 from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
+from tessel_dsl.search.notes import render
 from tessel_dsl.validate import validate
 from tests.helpers import one_f_one_b, vshape
 from tests.paths import SPECS
@@ -73,7 +74,7 @@ def test_time_limit_returns_a_valid_unproven_schedule():
     result = search(spec, time_limit=0.01, microbatches=10)
     validate(spec, result.schedule)
     assert not result.info.proven
-    assert result.info.note
+    assert render(result.info.notes)
     assert result.info.period >= result.info.lower_bound
 
 
@@ -81,7 +82,7 @@ def test_small_n_is_solved_directly_and_keeps_the_repetend():
     spec = vshape(devices=3, memory=3, fwd=1, bwd=3, microbatches=2)
     result = search(spec)
     assert result.schedule.microbatches == 2 and result.info.nr == 3
-    assert "directly" in result.info.note
+    assert "directly" in render(result.info.notes)
     assert result.schedule.makespan(spec) == one_f_one_b(spec, 2).makespan(spec)
     extend = importlib.import_module("tessel_dsl.search.extend").extend
     assert extend(spec, result.schedule, 9).makespan(spec) == (9 + 2) * 4
@@ -97,7 +98,7 @@ def test_leaking_memory_falls_back_to_a_direct_solve():
     blocks = (Block("F0", Kind.FORWARD, (0,), 1, 1), Block("F1", Kind.FORWARD, (1,), 1, 0))
     spec = Spec("leak", 2, 3, blocks, (Edge("F0", "F1"),), microbatches=3, mode=Mode.INFER)
     result = search(spec)
-    assert result.info.method == "direct" and "leaves" in result.info.note
+    assert result.info.method == "direct" and "leaves" in render(result.info.notes)
     assert result.schedule.makespan(spec) == 4
     with pytest.raises(InfeasibleError):
         search(spec, microbatches=4)

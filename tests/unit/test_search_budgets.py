@@ -11,6 +11,7 @@ from tessel_dsl import validate
 from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.plan import make_plan, plan_to_json
 from tessel_dsl.search.driver import search
+from tessel_dsl.search.notes import render
 from tests.paths import SPECS
 
 direct_mod = importlib.import_module("tessel_dsl.search.direct")
@@ -38,7 +39,7 @@ def test_a_cut_direct_solve_leaves_a_valid_plan_that_says_so(monkeypatch):
     assert sched.fits_memory(spec)
     assert sorted((s.block, s.mb) for s in sched.slots) == _instances(spec, n)
     assert not cut.info.proven
-    assert "not proven" in cut.info.note and f"the direct solve of N={n}" in cut.info.note
+    assert "not proven" in render(cut.info.notes) and f"the direct solve of N={n}" in render(cut.info.notes)
     assert sched.makespan(spec) >= optimum
 
 
@@ -144,4 +145,4 @@ def test_an_undecided_completion_check_leaves_the_period_open(monkeypatch):
     result = search(spec, microbatches=8, method="modulo")
     validate(spec, result.schedule)
     assert not result.info.proven and not result.info.period_proven
-    assert "not settled" in result.info.note or "were settled" in result.info.note
+    assert "not settled" in render(result.info.notes) or "were settled" in render(result.info.notes)

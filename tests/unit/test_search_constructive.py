@@ -42,7 +42,7 @@ def test_bound_reaching_schedules_need_no_solver(name):
     validate(spec, r.schedule)  # the independent validator: dependencies, devices, memory
     assert r.info.period == lower_bound(spec) and r.info.period_proven
     assert r.schedule.makespan(spec) == r.info.makespan_bound == makespan_bound(spec, 8)
-    assert r.info.proven and r.info.solver == "none" and "without a solver" in r.info.note
+    assert r.info.proven and r.info.solver == "none" and [x.kind for x in r.info.notes] == ["constructive"]
 
 
 def test_a_construction_that_breaks_memory_is_not_used():

@@ -11,6 +11,7 @@ from tessel_dsl.plan import make_plan, plan_from_json, plan_to_json
 from tessel_dsl.search import driver
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.driver import search
+from tessel_dsl.search.notes import render
 from tessel_dsl.search.optimal import optimal
 from tests.paths import ROOT
 
@@ -53,7 +54,7 @@ def test_reaching_the_sharper_bound_proves_the_schedule(name, span):
     spec = parse_file(ROOT / f"specs/{name}.tsl")
     r = search(spec, microbatches=8)
     assert r.schedule.makespan(spec) == r.info.makespan_bound == span
-    assert r.info.proven and "not proven" not in r.info.note
+    assert r.info.proven and "not proven" not in render(r.info.notes)
 
 
 def test_plan_states_the_bound_and_the_proven_period():
@@ -77,7 +78,7 @@ def test_a_cut_budget_makes_the_plan_unproven(monkeypatch):
     assert r.schedule.makespan(spec) > makespan_bound(spec, 8)
     assert r.info.period_proven  # the period search itself was not cut
     assert not r.info.proven
-    assert "not proven" in r.info.note and "the warmup" in r.info.note
+    assert "not proven" in render(r.info.notes) and "the warmup" in render(r.info.notes)
 
 
 def test_a_cut_budget_does_not_unprove_a_schedule_at_the_makespan_bound(monkeypatch):
@@ -87,8 +88,8 @@ def test_a_cut_budget_does_not_unprove_a_schedule_at_the_makespan_bound(monkeypa
     monkeypatch.setattr(driver, "COMPLETION_EFFORT", 1e-5)
     r = search(spec, microbatches=8, method="modulo")
     assert r.schedule.makespan(spec) == makespan_bound(spec, 8) == 52
-    assert r.info.proven and "not proven" not in r.info.note
-    assert "lower bound" in r.info.note and "the warmup" in r.info.note
+    assert r.info.proven and "not proven" not in render(r.info.notes)
+    assert "lower bound" in render(r.info.notes) and "the warmup" in render(r.info.notes)
 
 
 def test_new_fields_round_trip_and_old_plans_load():
@@ -119,4 +120,4 @@ def test_an_end_re_solve_cut_by_its_budget_proves_nothing(monkeypatch):
     monkeypatch.setitem(refine.refine_ends.__kwdefaults__, "effort", 1e-5)  # the driver passes no effort
     r = search(spec, microbatches=4)
     assert r.schedule.makespan(spec) >= 38
-    assert not r.info.proven and "not proven" in r.info.note and "the end re-solve" in r.info.note
+    assert not r.info.proven and "not proven" in render(r.info.notes) and "the end re-solve" in render(r.info.notes)

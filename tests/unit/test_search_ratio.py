@@ -13,6 +13,7 @@ from tessel_dsl.lang.parser import parse
 from tessel_dsl.search import construct
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.driver import search
+from tessel_dsl.search.notes import render
 from tessel_dsl.validate import validate
 from tests.paths import ROOT
 
@@ -96,7 +97,7 @@ def test_a_time_limit_cuts_the_search_of_a_nanosecond_spec():
     spec = parse(NS_CHAIN)
     r = search(spec, time_limit=1.0)
     validate(spec, r.schedule)  # a valid plan, whatever the limit cut
-    assert not r.info.proven and "time limit" in r.info.note
+    assert not r.info.proven and "time limit" in render(r.info.notes)
 
 
 def test_the_fallback_period_is_bisected_not_walked(monkeypatch):

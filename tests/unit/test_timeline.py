@@ -61,6 +61,25 @@ def test_long_timelines_are_scaled():
     assert rows[0].count("\u2588") > 50  # the steady state is fully busy
 
 
+def test_the_scale_reads_as_a_time_in_the_specs_unit():
+    import dataclasses
+    import re
+
+    from tessel_dsl.ir import Units
+
+    spec = vshape(4, 4)
+    sch = one_f_one_b(spec, 512)
+    plain = re.search(r"1 char = ([0-9.]+) units;", text_of(render(from_schedule(spec, sch), width=70), width=70))
+    assert plain
+    # the same with 10 ms per unit: a time, not "24.1 10ms"
+    timed = dataclasses.replace(spec, units=Units(time_seconds=0.01, time_label="10ms"))
+    text = text_of(render(from_schedule(timed, sch), width=70), width=70)
+    found = re.search(r"1 char = ([0-9.]+) (ms|s);", text)
+    assert found and "10ms" not in text.split("shade")[0]
+    seconds = float(found.group(1)) * (1e-3 if found.group(2) == "ms" else 1.0)
+    assert abs(seconds - float(plain.group(1)) * 0.01) < 1e-9
+
+
 def test_repetend_markers():
     rep = Repetend(nr=2, period=4, slots=())
     sch = Schedule(5, (Slot(0, "F0", 0),), repetend=rep, repetend_start=3)

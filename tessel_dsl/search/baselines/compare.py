@@ -19,9 +19,11 @@ from dataclasses import dataclass, field, replace
 from tessel_dsl.analysis import busy_time, lower_bound
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Spec
+from tessel_dsl.plan import SearchInfo
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.search.baselines import BASELINES, IGNORES_MEMORY, NotApplicable, build
 from tessel_dsl.search.optimal import TO_EFFORT
+from tessel_dsl.serialize import to_json
 
 STEADY_N = 64  # a multiple of every Chimera unit up to D=16, long enough to leave warmup behind
 SCHEDULES = ("tessel", *BASELINES)
@@ -141,6 +143,28 @@ def baseline_row(spec: Spec, name: str, n: int, steady_n: int = STEADY_N) -> tup
     return _row(spec, schedule, period, extra={"memory": why} if why else {}), schedule
 
 
+def running_period(spec: Spec, schedule: Schedule, info: SearchInfo | None = None,
+                   steady_n: int = STEADY_N) -> float | None:
+    """The period per micro-batch of what a searched schedule runs for its N, not of the repetend
+    the plan keeps for other N: none below N_R (one solve of the N micro-batches) or when the
+    slots are not the extension; a baseline's order that beat the extension runs at that
+    baseline's period (measured as in its own row); a repetend holding each block k times, its
+    period over k. Without `info` (a schedule read from a plan), only the first two."""
+    info = info or SearchInfo()
+    rep = schedule.repetend
+    beaten = [x.values["baseline"] for x in info.notes if x.kind == "baseline-beats"]
+    if beaten and info.repetend_copies == 1:
+        try:
+            return measured_period(spec, build(spec, beaten[0], steady_n // 2), build(spec, beaten[0], steady_n))
+        except TesselError:
+            return None
+    if info.repetend_copies > 1:
+        return info.period / info.repetend_copies if not beaten else None
+    if rep is None or schedule.repetend_start is None or schedule.microbatches < rep.nr:
+        return None
+    return float(rep.period)
+
+
 def tessel_row(spec: Spec, n: int, *, solver: str = "auto", time_limit: float | None = None,
                progress=None) -> tuple[Row, Schedule | None]:
     """Tessel's row, from `tessel_dsl.search.driver.search`."""
@@ -155,8 +179,8 @@ def tessel_row(spec: Spec, n: int, *, solver: str = "auto", time_limit: float | 
         return _failed(spec, "tessel", "error", str(e).splitlines()[0], n), None
     seconds = time.perf_counter() - t0
     schedule = result.schedule
-    period = float(schedule.repetend.period) if schedule.repetend else None
     info = result.info
+    period = running_period(spec, schedule, info)
     row = _row(spec, schedule, period, seconds=seconds, proven=getattr(info, "proven", None),
                extra={"nr": getattr(info, "nr", 0), "solver": getattr(info, "solver", ""),
                       "method": getattr(info, "method", "")})
@@ -165,7 +189,7 @@ def tessel_row(spec: Spec, n: int, *, solver: str = "auto", time_limit: float | 
 
 def schedule_row(spec: Spec, schedule: Schedule, label: str | None = None) -> Row:
     """The row of a given schedule (e.g. one read from a plan file)."""
-    period = float(schedule.repetend.period) if schedule.repetend else None
+    period = running_period(spec, schedule)
     row = _row(spec, schedule, period)
     return replace(row, schedule=label) if label else row
 
@@ -173,8 +197,8 @@ def schedule_row(spec: Spec, schedule: Schedule, label: str | None = None) -> Ro
 def to_row(spec: Spec, n: int, *, hint: Schedule | None = None, solver: str = "auto",
            time_limit: float | None = None, effort: float | None = TO_EFFORT, workers: int | None = None) -> Row:
     """The time-optimal schedule's row (no steady state: TO is a finite schedule), solved with the
-    deterministic budget `effort` and, only if given, a wall-clock `time_limit`; `extra["note"]`
-    says whether it is proven optimal or what cut it."""
+    deterministic budget `effort` and, only if given, a wall-clock `time_limit`; `extra["notes"]`
+    (notes as data, `search/notes.py`) say whether it is proven optimal or what cut it."""
     from tessel_dsl.search.optimal import OptimalTimeout, optimal
 
     try:
@@ -184,7 +208,7 @@ def to_row(spec: Spec, n: int, *, hint: Schedule | None = None, solver: str = "a
     except TesselError as e:
         return _failed(spec, "to", "error", str(e).splitlines()[0], n)
     return _row(spec, result.schedule, None, proven=result.info.proven, seconds=result.info.seconds,
-                extra={"solver": result.info.solver, "note": result.info.note})
+                extra={"solver": result.info.solver, "notes": [to_json(x) for x in result.info.notes]})
 
 
 def compare(spec: Spec, microbatches: int | None = None, *, schedules: tuple[str, ...] = SCHEDULES,
