@@ -74,6 +74,8 @@ def show_warnings(spec) -> None:
     """A parsed spec's warnings and notes (`Spec.warnings`: a source not declared independent, a
     quantity rounded to its resolution), one per line on stderr, so that `--json` output on
     stdout stays the JSON alone."""
+    if not getattr(spec, "warnings", ()):
+        return  # and rich stays unloaded (a plain `--json` run never needs it)
     from rich.markup import escape
 
     shown: dict[str, int] = {}
