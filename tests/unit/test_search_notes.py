@@ -14,7 +14,7 @@ from tessel_dsl.search.driver import search
 from tessel_dsl.search.notes import SENTENCES, note, render
 from tests.helpers import vshape
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SEED = dict(n=3, nr=4, dropped=1)
 CASES = [
