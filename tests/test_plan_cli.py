@@ -61,11 +61,11 @@ def test_planning_twice_from_a_saved_profile_gives_the_same_plan(tmp_path):
     assert plans[0] == plans[1]  # spec, schedule, programs (only the search's seconds differ)
 
 
-def test_a_tied_model_and_a_bad_batch_shape_are_plain_errors(tmp_path):
+def test_more_devices_than_units_and_a_bad_batch_shape_are_plain_errors(tmp_path):
     from tessel_dsl.cli import main
 
-    with pytest.raises(SystemExit) as e:
-        main(["plan", "--model", "tests.test_plan_train:gpt2_tied", "--devices", "2", "--batch-shape", "2x8",
+    with pytest.raises(SystemExit) as e:  # the tiny Llama has 7 units
+        main(["plan", "--model", "tests.test_plan_train:llama", "--devices", "8", "--batch-shape", "2x8",
               "--repeats", "1", "-o", str(tmp_path / "p.json")])
     assert e.value.code == 1 and not list(tmp_path.iterdir())
     r = _invoke(["plan", "--model", "tests.test_plan_train:llama", "--devices", "2", "--batch-shape", "2xa"])

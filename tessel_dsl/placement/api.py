@@ -40,15 +40,6 @@ class PlanResult:
         return self.outcome.best
 
 
-def tied_error(profile: Profile) -> TesselError:
-    pairs = ", ".join(f"{a} and {b}" for a, b in profile.tied)
-    return TesselError(
-        f"units {pairs} share a parameter (tied embedding and head, as with tie_word_embeddings=True): "
-        f"Pipeline keeps each parameter in one block, and every candidate puts these units in different "
-        f"blocks. Build the model untied (e.g. config.tie_word_embeddings=False, which gives the head its "
-        f"own weight), or write a placement with the embedding and the head in one block yourself")
-
-
 def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB", reserve: str | int = 0,
                microbatches: int | None = None, budget: float | None = None, output: str | os.PathLike | None = None,
                device=None, repeats: int = 5, warmup: int = 2, units: list[list[str]] | None = None,
@@ -79,8 +70,6 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
         if progress:
             progress("profiling")
         profile = profile_model(model, example_batch, device=device, repeats=repeats, warmup=warmup, units=units)
-    if profile.tied:
-        raise tied_error(profile)
     try:
         cands = candidates(profile, devices, capacity, n)
     except ValueError as e:

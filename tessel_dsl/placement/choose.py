@@ -70,6 +70,9 @@ def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = 
     for cand in cands:
         if progress:
             progress(f"searching {cand.name}")
+        if cand.refused:
+            rows.append(Choice(cand.name, "-", reason=cand.refused))
+            continue
         if not cand.weights_fit:
             need = max(cand.reserve_bytes) / 1e9
             rows.append(Choice(cand.name, "-", None, tuple(r / 1e9 for r in cand.reserve_bytes), False,
