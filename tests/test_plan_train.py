@@ -66,7 +66,7 @@ def test_planned_model_trains_like_one_process(tmp_path, build, devices):
     n = devices  # micro-batches per step
     out = tmp_path / "plan.json"
     res = plan_model(build(), torch.randint(0, VOCAB, (ROWS, SEQ)), devices=devices, memory="1GB",
-                     microbatches=n, output=out, repeats=1, warmup=1, budget=60)
+                     microbatches=n, output=out, repeats=1, warmup=1, time_limit=60)
     assert res.plan.spec.devices == devices and res.best.fits
     assert json.loads((tmp_path / "plan.blocks.json").read_text()) == res.blocks
     assert (tmp_path / "plan.tsl").read_text() == res.spec_text

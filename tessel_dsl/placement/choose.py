@@ -57,8 +57,9 @@ def _row(cand: Candidate, spec, sched: Schedule, label: str, seconds: float = 0.
 
 def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = None,
            baselines: bool = True, progress=None) -> Outcome:
-    """Search every candidate (`budget`: seconds for all the searches together, shared evenly;
-    without one each search runs to its end, and the result is deterministic)."""
+    """Search every candidate. `budget` is a wall-clock limit, seconds for all the searches
+    together, shared evenly (`plan_model`'s `time_limit`); without one each search runs to its
+    end under its solves' deterministic budgets, and the result depends on the candidates alone."""
     from tessel_dsl.lang.parser import parse
     from tessel_dsl.search.baselines import BASELINES
     from tessel_dsl.search.baselines.compare import baseline_row
@@ -78,7 +79,12 @@ def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = 
             rows.append(Choice(cand.name, "-", None, tuple(r / 1e9 for r in cand.reserve_bytes), False,
                                f"weights and optimizer state alone need {need:.3g} GB on a device"))
             continue
-        spec = parse(cand.text, f"<{cand.name}>")
+        try:
+            spec = parse(cand.text, f"<{cand.name}>")
+        except TesselError as e:  # e.g. the weights fill a device, leaving no room for one micro-batch
+            rows.append(Choice(cand.name, "-", None, tuple(r / 1e9 for r in cand.reserve_bytes), False,
+                               _message(e)))
+            continue
         t0 = time.perf_counter()
         try:
             result = search(spec, microbatches=microbatches, time_limit=per)
@@ -105,6 +111,13 @@ def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = 
         out.spec, out.schedule, out.info, out.candidate = found[(best.candidate, best.schedule)]
         out.why = _why(rows, best)
     return out
+
+
+def _message(e: TesselError) -> str:
+    """The diagnostic's text, without the generated spec's file:line:col (it names no file)."""
+    import re
+
+    return re.sub(r"^<[^>]*>:\d+:\d+: (error\[[^\]]*\]: )?", "", str(e).splitlines()[0])
 
 
 def _why(rows: list[Choice], best: Choice) -> str:
