@@ -122,3 +122,17 @@ def test_spread_placements_of_a_tied_model_are_listed_as_refused_with_why():
     searched = {r.candidate for r in res.outcome.rows if r.ms is not None}
     assert searched == {"chain", "chain-split", "interleaved-2", "interleaved-3", "v-split"}
 
+
+
+def test_weights_filling_a_device_to_the_byte_are_a_row_not_a_traceback():
+    from tessel_dsl.placement.choose import choose
+
+    prof = Profile(tuple([unit("embed", "embedding", 1, 1.0)] + [unit(f"l{i}", "layer", 10, 1.0) for i in range(4)]
+                         + [unit("head", "head", 1, 1.0)]))
+    chain = next(c for c in candidates(prof, 2, 80 * GB, 2) if c.name == "chain")
+    full = int(max(chain.reserve_bytes))  # weights and Adam state fill the chain's fuller device
+    cands = [c for c in candidates(prof, 2, full, 2) if c.name in ("chain", "mshape-EH")]
+    assert cands[0].weights_fit
+    out = choose(cands, 2)
+    row = next(r for r in out.rows if r.candidate == "chain")
+    assert not row.fits and row.ms is None and "memory" in row.reason and "<chain>" not in row.reason

@@ -42,6 +42,9 @@ class Outcome:
     info: object = None             # its SearchInfo (a baseline's is empty)
     candidate: Candidate | None = None
     why: str = ""
+    # (candidate, schedule) of every row with a schedule -> (its Spec, the Schedule): what a
+    # caller needs to simulate the alternatives the winner beat
+    schedules: dict = None
 
 
 def _row(cand: Candidate, spec, sched: Schedule, label: str, seconds: float = 0.0) -> Choice:
@@ -106,7 +109,7 @@ def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = 
     # shortest first; among equals Tessel's own schedule, then the candidate listed first
     order = {c.name: i for i, c in enumerate(cands)}
     best = min(fitting, key=lambda r: (r.ms, r.schedule != "tessel", order[r.candidate]), default=None)
-    out = Outcome(rows, best)
+    out = Outcome(rows, best, schedules={k: (v[0], v[1]) for k, v in found.items()})
     if best is not None:
         out.spec, out.schedule, out.info, out.candidate = found[(best.candidate, best.schedule)]
         out.why = _why(rows, best)
