@@ -78,10 +78,10 @@ def choose(args) -> None:
     for d in args.devices:
         t0 = time.process_time()
         res = plan_model(None, None, devices=d, memory=args.memory, reserve=args.reserve,
-                         microbatches=args.microbatches or 4 * d, profile=prof, budget=args.budget)
+                         microbatches=args.microbatches or 4 * d, profile=prof, time_limit=args.budget)
         cpu = time.process_time() - t0
         print(f"\nD={d}, N={res.plan.schedule.microbatches}, {args.memory} less {args.reserve} a device, "
-              f"budget {args.budget or 'none'}; "
+              f"time limit {args.budget or 'none'}; "
               f"candidates, search and baselines took {cpu:.1f} CPU s")
         print("\n".join(table_lines(res.outcome)))
         print(f"chosen: {res.outcome.why}")
@@ -103,7 +103,8 @@ def main() -> None:
     b.add_argument("--memory", default="80GB")
     b.add_argument("--reserve", default="8GB")
     b.add_argument("--microbatches", type=int)
-    b.add_argument("--budget", type=float, help="seconds for all the searches of one D together")
+    b.add_argument("--time-limit", "--budget", dest="budget", type=float,
+                   help="wall-clock seconds for all the searches of one D together (default: none)")
     args = p.parse_args()
     {"profile": profile, "estimate": estimate, "choose": choose}[args.cmd](args)
 

@@ -41,9 +41,11 @@ def plan(
     microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
                                                help="Micro-batches per iteration (default: 4 x devices)."),
     batch_shape: str = typer.Option("1x128", "--batch-shape", help="One micro-batch of token ids, e.g. 2x128."),
-    budget: Optional[float] = typer.Option(None, "--budget", min=0.01,
-                                           help="Seconds for all the searches together (default: none, "
-                                                "each runs to its end)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", "--budget", min=0.01,
+                                               help="Wall-clock seconds for all the searches together (the "
+                                                    "plan may then differ between runs). Default: none; every "
+                                                    "solve has a deterministic budget, so the same profile and "
+                                                    "options give the same plan."),
     device: Optional[str] = typer.Option(None, "--device", help="Where to profile: cpu, cuda or cuda:N "
                                                                 "(default: cuda if available)."),
     repeats: int = typer.Option(5, "--repeats", min=1, help="Timed runs per unit; the median is kept."),
@@ -72,7 +74,7 @@ def plan(
         batch = example_batch(net, shape)
     say = None if as_json else (lambda m: err_console.print(f"[dim]{m}[/]", highlight=False))
     res = plan_model(net, batch, devices=devices, memory=memory, reserve=reserve, microbatches=microbatches,
-                     budget=budget, output=output or Path("plan.json"), device=device, repeats=repeats,
+                     time_limit=time_limit, output=output or Path("plan.json"), device=device, repeats=repeats,
                      profile=saved, progress=say)
     files = {k: str(v) for k, v in res.files.items()}
     if as_json:

@@ -40,25 +40,20 @@ class PlanResult:
         return self.outcome.best
 
 
-def tied_error(profile: Profile) -> TesselError:
-    pairs = ", ".join(f"{a} and {b}" for a, b in profile.tied)
-    return TesselError(
-        f"units {pairs} share a parameter (tied embedding and head, as with tie_word_embeddings=True): "
-        f"Pipeline keeps each parameter in one block, and every candidate puts these units in different "
-        f"blocks. Build the model untied (e.g. config.tie_word_embeddings=False, which gives the head its "
-        f"own weight), or write a placement with the embedding and the head in one block yourself")
-
-
 def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB", reserve: str | int = 0,
                microbatches: int | None = None, budget: float | None = None, output: str | os.PathLike | None = None,
                device=None, repeats: int = 5, warmup: int = 2, units: list[list[str]] | None = None,
-               baselines: bool = True, profile: Profile | None = None, progress=None) -> PlanResult:
+               baselines: bool = True, profile: Profile | None = None, progress=None,
+               time_limit: float | None = None) -> PlanResult:
     """Profile `model` on `example_batch` (one micro-batch of what its forward takes), generate the
     candidate placements over `devices` devices with `memory` each (less `reserve`: CUDA context,
     buffers), search each against the baselines and return the shortest plan that fits.
 
-    `microbatches` defaults to 4 x devices; `budget` caps the searches' total seconds (without it
-    every search runs to its end and the choice is deterministic for a given profile). With
+    `microbatches` defaults to 4 x devices. Every solve inside a search has its own deterministic
+    budget, so without `time_limit` the plan depends on the profile and these options alone, on a
+    busy machine or an idle one. `time_limit` (wall-clock seconds for all the searches together,
+    shared evenly) bounds how long planning takes, and then the plan may differ between runs;
+    `budget` is its former name, still accepted. With
     `output` (``plan.json``), writes the plan there, its spec beside it (``plan.tsl``) and the
     binding (``plan.blocks.json``, which ``Pipeline("plan.json", model, loss_fn)`` reads from beside
     the plan). A `profile` given is used instead of profiling.
@@ -79,13 +74,14 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
         if progress:
             progress("profiling")
         profile = profile_model(model, example_batch, device=device, repeats=repeats, warmup=warmup, units=units)
-    if profile.tied:
-        raise tied_error(profile)
     try:
         cands = candidates(profile, devices, capacity, n)
     except ValueError as e:
         raise TesselError(str(e)) from None
-    outcome = choose(cands, n, budget=budget, baselines=baselines, progress=progress)
+    if budget is not None and time_limit is not None:
+        raise TesselError("give time_limit or its former name budget, not both")
+    outcome = choose(cands, n, budget=time_limit if time_limit is not None else budget, baselines=baselines,
+                     progress=progress)
     if outcome.best is None:
         least = min((r for r in outcome.rows if r.gb), key=lambda r: r.peak_gb, default=None)
         need = f"; the least any needs is {least.peak_gb:.3g} GB ({least.schedule} on {least.candidate})" if least else ""

@@ -42,6 +42,9 @@ class Outcome:
     info: object = None             # its SearchInfo (a baseline's is empty)
     candidate: Candidate | None = None
     why: str = ""
+    # (candidate, schedule) of every row with a schedule -> (its Spec, the Schedule): what a
+    # caller needs to simulate the alternatives the winner beat
+    schedules: dict = None
 
 
 def _row(cand: Candidate, spec, sched: Schedule, label: str, seconds: float = 0.0) -> Choice:
@@ -57,8 +60,9 @@ def _row(cand: Candidate, spec, sched: Schedule, label: str, seconds: float = 0.
 
 def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = None,
            baselines: bool = True, progress=None) -> Outcome:
-    """Search every candidate (`budget`: seconds for all the searches together, shared evenly;
-    without one each search runs to its end, and the result is deterministic)."""
+    """Search every candidate. `budget` is a wall-clock limit, seconds for all the searches
+    together, shared evenly (`plan_model`'s `time_limit`); without one each search runs to its
+    end under its solves' deterministic budgets, and the result depends on the candidates alone."""
     from tessel_dsl.lang.parser import parse
     from tessel_dsl.search.baselines import BASELINES
     from tessel_dsl.search.baselines.compare import baseline_row
@@ -70,12 +74,20 @@ def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = 
     for cand in cands:
         if progress:
             progress(f"searching {cand.name}")
+        if cand.refused:
+            rows.append(Choice(cand.name, "-", reason=cand.refused))
+            continue
         if not cand.weights_fit:
             need = max(cand.reserve_bytes) / 1e9
             rows.append(Choice(cand.name, "-", None, tuple(r / 1e9 for r in cand.reserve_bytes), False,
                                f"weights and optimizer state alone need {need:.3g} GB on a device"))
             continue
-        spec = parse(cand.text, f"<{cand.name}>")
+        try:
+            spec = parse(cand.text, f"<{cand.name}>")
+        except TesselError as e:  # e.g. the weights fill a device, leaving no room for one micro-batch
+            rows.append(Choice(cand.name, "-", None, tuple(r / 1e9 for r in cand.reserve_bytes), False,
+                               _message(e)))
+            continue
         t0 = time.perf_counter()
         try:
             result = search(spec, microbatches=microbatches, time_limit=per)
@@ -97,11 +109,18 @@ def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = 
     # shortest first; among equals Tessel's own schedule, then the candidate listed first
     order = {c.name: i for i, c in enumerate(cands)}
     best = min(fitting, key=lambda r: (r.ms, r.schedule != "tessel", order[r.candidate]), default=None)
-    out = Outcome(rows, best)
+    out = Outcome(rows, best, schedules={k: (v[0], v[1]) for k, v in found.items()})
     if best is not None:
         out.spec, out.schedule, out.info, out.candidate = found[(best.candidate, best.schedule)]
         out.why = _why(rows, best)
     return out
+
+
+def _message(e: TesselError) -> str:
+    """The diagnostic's text, without the generated spec's file:line:col (it names no file)."""
+    import re
+
+    return re.sub(r"^<[^>]*>:\d+:\d+: (error\[[^\]]*\]: )?", "", str(e).splitlines()[0])
 
 
 def _why(rows: list[Choice], best: Choice) -> str:

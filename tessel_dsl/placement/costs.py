@@ -47,6 +47,8 @@ class Profile:
     batch_shape: tuple[int, ...] = ()
     seconds: float = 0.0        # how long profiling took
     tied: tuple[tuple[str, str], ...] = field(default=())  # units sharing a parameter
+    # per pair of `tied`: (parameters, bytes) the two units share (counted in both units' totals)
+    tied_sizes: tuple[tuple[int, int], ...] = field(default=())
 
     @property
     def total_time(self) -> float:
@@ -62,4 +64,12 @@ class Profile:
         """A profile saved with `to_json` (e.g. measured on a GPU machine, planned elsewhere)."""
         units = tuple(Unit(**{**u, "modules": tuple(u["modules"])}) for u in data["units"])
         return cls(units, data.get("device", ""), tuple(data.get("batch_shape", ())), data.get("seconds", 0.0),
-                   tuple(tuple(p) for p in data.get("tied", ())))
+                   tuple(tuple(p) for p in data.get("tied", ())),
+                   tuple(tuple(p) for p in data.get("tied_sizes", ())))
+
+    def shared_state(self, optimizer_bytes_per_param: int = ADAM_BYTES_PER_PARAM) -> list[tuple[str, str, int]]:
+        """(unit, unit, bytes): the weights, gradients and optimizer state each tied pair holds
+        once, though each unit's `state_bytes` counts them (a profile saved without the sizes
+        counts nothing shared)."""
+        return [(a, b, 2 * nbytes + optimizer_bytes_per_param * n)
+                for (a, b), (n, nbytes) in zip(self.tied, self.tied_sizes)]

@@ -98,3 +98,14 @@ def tied_units(model: nn.Module, units: list[tuple[str, str, tuple[str, ...]]]) 
     return pairs
 
 
+def tied_sizes(model: nn.Module, units: list[tuple[str, str, tuple[str, ...]]],
+               pairs: list[tuple[str, str]]) -> list[tuple[int, int]]:
+    """For each pair of `tied_units`: the (parameters, bytes) its two units hold between them."""
+    held: dict[str, dict[int, nn.Parameter]] = {}
+    for name, _, mods in units:
+        held[name] = {id(p): p for f in mods for p in model.get_submodule(f).parameters()}
+    out = []
+    for a, b in pairs:
+        both = [held[a][k] for k in held[a].keys() & held[b].keys()]
+        out.append((sum(p.numel() for p in both), sum(p.numel() * p.element_size() for p in both)))
+    return out

@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 from tessel_dsl.errors import TesselError
 from tessel_dsl.executor.measure import _Timer
 from tessel_dsl.placement.costs import Profile, Unit
-from tessel_dsl.placement.discover import discover, tied_units
+from tessel_dsl.placement.discover import discover, tied_sizes, tied_units
 
 
 def _as_call(batch) -> tuple[tuple, dict]:
@@ -174,6 +174,7 @@ def _profile(model, dev, batch, args, kwargs, units, repeats, warmup, t0) -> Pro
             params += sum(p.numel() for p in ps)
         out.append(Unit(name, mods, fw, ig, wg, act, inp, pbytes, params, kind))
     shape = next((tuple(t.shape) for t in pytree.tree_leaves(batch) if isinstance(t, torch.Tensor)), ())
-    tied = tuple(tied_units(model, found))
+    tied = tied_units(model, found)
+    sizes = tied_sizes(model, found, tied)
     label = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    return Profile(tuple(out), label, shape, time.perf_counter() - t0, tied)
+    return Profile(tuple(out), label, shape, time.perf_counter() - t0, tuple(tied), tuple(sizes))

@@ -30,5 +30,20 @@ def tp_plans(plan, blocks: dict[str, list[str]], model: nn.Module) -> dict[str, 
             elif isinstance(m, nn.Linear) and f == mods[-1]:
                 styles[f] = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
         if styles:
+            _check_untied(model, b, list(styles), [f for other, fs in blocks.items() for f in fs
+                                                   if other != b or f not in styles])
             out[b] = styles
     return out
+
+
+def _check_untied(model: nn.Module, block: str, sharded: list[str], others: list[str]) -> None:
+    """Sharding a module gives its parameters a layout of their own: refuse one that another
+    module shares (a tied embedding and head)."""
+    from tessel_dsl.errors import TesselError
+
+    mine = {id(p): f"{f}.{n}" for f in sharded for n, p in model.get_submodule(f).named_parameters()}
+    for f in others:
+        for n, p in model.get_submodule(f).named_parameters():
+            if id(p) in mine:
+                raise TesselError(f"block {block} would shard {mine[id(p)]}, which {f}.{n} shares (tied weights): "
+                                  f"untie them (e.g. config.tie_word_embeddings=False) or keep {block} unsharded")

@@ -65,7 +65,7 @@ def test_planned_model_trains_like_one_process(tmp_path, build, devices):
     n = devices  # micro-batches per step
     out = tmp_path / "plan.json"
     res = plan_model(build(), torch.randint(0, VOCAB, (ROWS, SEQ)), devices=devices, memory="1GB",
-                     microbatches=n, output=out, repeats=1, warmup=1, budget=60)
+                     microbatches=n, output=out, repeats=1, warmup=1, time_limit=60)
     assert res.plan.spec.devices == devices and res.best.fits
     assert json.loads((tmp_path / "plan.blocks.json").read_text()) == res.blocks
     assert (tmp_path / "plan.tsl").read_text() == res.spec_text
@@ -78,14 +78,34 @@ def test_planned_model_trains_like_one_process(tmp_path, build, devices):
     assert want[-1] < want[0]
 
 
-def test_a_tied_model_is_refused_with_what_to_change(tmp_path):
-    from tessel_dsl.errors import TesselError
-    from tessel_dsl.placement import plan_model
+def test_a_tied_gpt2_trains_like_one_process(tmp_path):
+    """GPT-2's head is tied to its token embedding. On the measured units with set times (1 ms
+    embedding and head, 10 ms a layer) the winner puts the embedding and the head on different
+    ranks, so Pipeline sums the tied weight's gradient over both: every step's loss, the last
+    step's gradient of every parameter (the tied one under each rank's own name) and the final
+    parameters equal one process's."""
+    from dataclasses import replace
 
-    with pytest.raises(TesselError, match="tie_word_embeddings=False"):
-        plan_model(gpt2_tied(), torch.randint(0, VOCAB, (ROWS, SEQ)), devices=2, output=tmp_path / "p.json",
-                   repeats=1, warmup=0)
-    assert not list(tmp_path.iterdir())  # nothing written
+    from tessel_dsl.placement import plan_model, profile_model
+
+    from . import pipeline_cases as pc
+
+    measured = profile_model(pc.gpt2(), torch.randint(0, VOCAB, (ROWS, SEQ)), repeats=1, warmup=0)
+    assert measured.tied == (("embed", "lm_head"),) and measured.tied_sizes == ((VOCAB * 32, VOCAB * 32 * 4),)
+    ms = {"embedding": 10, "layer": 10, "norm": 1, "head": 10}
+    prof = replace(measured, units=tuple(replace(u, forward=ms[u.kind] / 1e3, input_grad=ms[u.kind] / 1e3,
+                                                 weight_grad=ms[u.kind] / 1e3) for u in measured.units))
+    out = tmp_path / "plan.json"
+    res = plan_model(None, None, devices=2, memory="1GB", microbatches=2, output=out, profile=prof)
+    holders = {d for b, mods in res.blocks.items() for d in res.plan.spec.block(b).devices
+               if {"transformer.wte", "lm_head"} & set(mods)}
+    assert res.best.candidate == "chain-split" and holders == {0, 1}, res.best
+    data = ps.batches(VOCAB, STEPS, ROWS * 2, SEQ)
+    want = pc.reference(pc.gpt2, pc.lm_loss, data, 2)
+    got = run_ranks(pc.pipelined, 2, str(out), pc.gpt2, pc.lm_loss, None, data, timeout=300)
+    pc.compare(got, want)
+    tied = [n for r in got for n in r["grads"] if n in ("transformer.wte.weight", "lm_head.weight")]
+    assert sorted(tied) == ["lm_head.weight", "transformer.wte.weight"]
 
 
 def _planned_with_costs(out, gb: dict, memory: str):

@@ -90,3 +90,49 @@ def test_a_memory_bound_configuration_picks_the_candidate_that_fits():
     roomy = choose(candidates(prof, 2, 80 * GB, 4), 4)
     assert roomy.best.ms == min(r.ms for r in roomy.rows if r.ms is not None)
     assert all(r.fits for r in roomy.rows)
+
+
+def _tied():
+    """Embedding and head of 1M parameters each, one tensor between them (4 MB; 16 MB with its
+    gradient and Adam state), and four 0.4 MB layers."""
+    units = ((Unit("embed", ("wte",), 4e-3, 0.0, 4e-3, 10**6, 0, 4 * 10**6, 10**6, "embedding"),)
+             + tuple(Unit(f"layer{i}", (f"h.{i}",), 1e-3, 1e-3, 1e-3, 10**6, 10**5, 10**5, 25000) for i in range(4))
+             + (Unit("head", ("lm_head",), 4e-3, 4e-3, 4e-3, 10**6, 10**5, 4 * 10**6, 10**6, "head"),))
+    return Profile(units, "set by hand", (1, 8), 0.0, (("embed", "head"),), ((10**6, 4 * 10**6),))
+
+
+def test_a_tied_weight_is_reserved_once_on_a_device_that_runs_both_its_units():
+    got = {c.name: c for c in candidates(_tied(), 2, GB, 4)}
+    # chain: embedding + 3 layers on 0, a layer + head on 1: each holds its own copy
+    assert got["chain"].reserve_bytes == pytest.approx((16e6 + 3 * 0.4e6, 0.4e6 + 16e6))
+    # V: the embedding's chunk and the head's chunk both on device 0, one 16 MB tensor
+    assert got["v-split"].blocks == {"F0": ["wte"], "F1": ["h.0", "h.1"], "F2": ["h.2", "h.3"], "F3": ["lm_head"]}
+    assert got["v-split"].reserve_bytes == pytest.approx((16e6, 4 * 0.4e6))
+    assert any("sums its gradient" in n for n in got["chain"].notes)
+    assert not any("sums" in n for n in got["v-split"].notes)
+
+
+def test_spread_placements_of_a_tied_model_are_listed_as_refused_with_why():
+    from tessel_dsl.placement import plan_model
+
+    res = plan_model(None, None, devices=2, memory="1GB", microbatches=4, profile=_tied())
+    refused = {r.candidate: r.reason for r in res.outcome.rows if r.schedule == "-"}
+    assert set(refused) == {"mshape-E", "mshape-H", "mshape-EH"}
+    assert all("tie_word_embeddings=False" in why for why in refused.values())
+    searched = {r.candidate for r in res.outcome.rows if r.ms is not None}
+    assert searched == {"chain", "chain-split", "interleaved-2", "interleaved-3", "v-split"}
+
+
+
+def test_weights_filling_a_device_to_the_byte_are_a_row_not_a_traceback():
+    from tessel_dsl.placement.choose import choose
+
+    prof = Profile(tuple([unit("embed", "embedding", 1, 1.0)] + [unit(f"l{i}", "layer", 10, 1.0) for i in range(4)]
+                         + [unit("head", "head", 1, 1.0)]))
+    chain = next(c for c in candidates(prof, 2, 80 * GB, 2) if c.name == "chain")
+    full = int(max(chain.reserve_bytes))  # weights and Adam state fill the chain's fuller device
+    cands = [c for c in candidates(prof, 2, full, 2) if c.name in ("chain", "mshape-EH")]
+    assert cands[0].weights_fit
+    out = choose(cands, 2)
+    row = next(r for r in out.rows if r.candidate == "chain")
+    assert not row.fits and row.ms is None and "memory" in row.reason and "<chain>" not in row.reason

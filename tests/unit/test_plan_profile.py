@@ -59,3 +59,23 @@ def test_hugging_face_units_are_found_from_the_module_tree():
     assert gpt2.units[0].modules == ("transformer.wte", "transformer.wpe")
     assert [u.modules for u in gpt2.units[-2:]] == [("transformer.ln_f",), ("lm_head",)]
     assert gpt2.tied == (("embed", "lm_head"),)
+    assert gpt2.tied_sizes == ((96 * 32, 96 * 32 * 4),)  # the 96 x 32 fp32 token table, once
+
+
+def test_tp_plans_refuse_to_shard_a_tied_weight():
+    """Sharding the embedding of a spread block would give the head's shared weight a layout of
+    its own: a clear error instead."""
+    from types import SimpleNamespace
+
+    from tessel_dsl.errors import TesselError
+    from tessel_dsl.placement.tp import tp_plans
+
+    model = Toy()
+    model.head.weight = model.embed.weight
+    devices = {"E": (0, 1), "F0": (0,), "F1": (1,)}
+    plan = SimpleNamespace(spec=SimpleNamespace(block=lambda b: SimpleNamespace(devices=devices[b])))
+    blocks = {"E": ["embed"], "F0": ["layers.0"], "F1": ["layers.1", "head"]}
+    with pytest.raises(TesselError, match="head.weight shares"):
+        tp_plans(plan, blocks, model)
+    untied = Toy()
+    assert list(tp_plans(plan, blocks, untied)) == ["E"]
