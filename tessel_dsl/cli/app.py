@@ -74,6 +74,8 @@ def show_warnings(spec) -> None:
     """A parsed spec's warnings and notes (`Spec.warnings`: a source not declared independent, a
     quantity rounded to its resolution), one per line on stderr, so that `--json` output on
     stdout stays the JSON alone."""
+    if not getattr(spec, "warnings", ()):
+        return  # nothing to say: rich is not loaded (`tessel search --json` stays light)
     from rich.markup import escape
 
     shown: dict[str, int] = {}
