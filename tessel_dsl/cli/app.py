@@ -75,7 +75,7 @@ def show_warnings(spec) -> None:
     quantity rounded to its resolution), one per line on stderr, so that `--json` output on
     stdout stays the JSON alone."""
     if not getattr(spec, "warnings", ()):
-        return  # and rich stays unloaded (a plain `--json` run never needs it)
+        return  # nothing to say: rich is not loaded (`tessel search --json` stays light)
     from rich.markup import escape
 
     shown: dict[str, int] = {}

@@ -48,7 +48,7 @@ DEVICE_COLUMNS = (
     ("busy", "right", lambda s, d: time_in(s["units"], s["busy_time"][d])),
     ("capacity", "right", lambda s, d: _capacity(s, d)),
     ("memory / mb", "right", lambda s, d: memory_in(s["units"], s["microbatch_memory"][d])),
-    ("max in flight", "right", lambda s, d: "-" if s["max_inflight_per_device"][d] is None
+    ("in flight", "right", lambda s, d: "-" if s["max_inflight_per_device"][d] is None
      else str(s["max_inflight_per_device"][d])),
 )
 

@@ -85,8 +85,9 @@ def render_rows(title: str, rows, units=None) -> list:
             mem = f"[bold red]{mem} >M[/]"
         period = "-" if r.period is None else f"{_time(units, r.period)} ({_time(units, r.lower_bound)})"
         name = escape(label(r))
-        if r.extra and r.extra.get("memory"):
-            why.append(Text.from_markup(f"  [dim]{escape(r.schedule)} {escape(r.extra['memory'])}[/]"))
+        for key in ("placement", "memory"):
+            if r.extra and r.extra.get(key):
+                why.append(Text.from_markup(f"  [dim]{escape(r.schedule)} {escape(r.extra[key])}[/]"))
         if r.schedule in ("to", "tessel") and r.proven is False:
             name += "[yellow]*[/]"
             if r.schedule == "to":

@@ -257,13 +257,16 @@ def source_problems(spec: Spec, declared: list[tuple[str, Location]]) -> list[Di
     for s in sources:
         if s == main or s in named:
             continue
-        after = f" (e.g. `{ends[-1]} -> {s}`)" if ends else ""
-        out.append(Diagnostic(
-            "several-sources",
-            f"forward block {s} has no input, and neither has {main} ({len(reach[main])} forward blocks "
-            f"from it): a micro-batch enters at both. Connect {s} after the block that feeds it{after}, "
-            f"or declare that it starts a path of its own: `independent {s}`",
-            spec.block(s).span, severity="warning"))
+        joins = next((b for b in reach[s] if b in reach[main]), None)
+        if joins is not None:  # e.g. an embedding beside a vision tower, both feeding the first layer
+            said = (f"forward block {s} has no input, and neither has {main}, whose path it joins at {joins}: "
+                    f"if {s} reads an input of its own, declare it: `independent {s}`")
+        else:
+            after = f" (e.g. `{ends[-1]} -> {s}`)" if ends else ""
+            said = (f"forward block {s} has no input, and neither has {main} ({len(reach[main])} forward blocks "
+                    f"from it): a micro-batch enters at both. Connect {s} after the block that feeds it{after}, "
+                    f"or declare that it starts a path of its own: `independent {s}`")
+        out.append(Diagnostic("several-sources", said, spec.block(s).span, severity="warning"))
     return out
 
 

@@ -61,3 +61,14 @@ def test_check_prints_the_warning_and_succeeds(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"{path}:7:9: warning[several-sources]" in " ".join(r.stderr.split())
     assert json.loads(r.stdout)["warnings"][0].startswith(f"{path}:7:9: warning[several-sources]")
+
+
+def test_a_source_that_joins_the_chain_is_asked_to_be_declared():
+    # a text embedding on the first language-model device beside a vision tower: it joins at L0
+    text = ("placement towers\ndevices 3\nmemory 8\nforward V0 on 0 time 5 memory 1\n"
+            "forward T on 1 time 1 memory 0\nforward L0 on 1 time 5 memory 1\nforward L1 on 2 time 5 memory 1\n"
+            "V0 -> L0 -> L1\nT -> L0\nderive backward\n")
+    (w,) = parse(text, "t.tsl").warnings
+    assert (w.code, w.location.line) == ("several-sources", 5)
+    assert "whose path it joins at L0" in w.message and "`independent T`" in w.message
+    assert parse(text + "independent T\n", "t.tsl").warnings == ()

@@ -7,6 +7,9 @@ here find that structure in a spec, or explain why it is not there.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from tessel_dsl.analysis import reachable
@@ -123,9 +126,83 @@ def _runs(spec: Spec, names: list[str]) -> list[tuple[tuple[int, ...], list[str]
     return runs
 
 
+# While set False (`unfolded`), `find_stages` takes the placement as written: `compare` uses it to
+# tell a baseline that needed side blocks folded into a stage from one that did not.
+_FOLD: ContextVar[bool] = ContextVar("fold_side_blocks", default=True)
+
+
+@contextmanager
+def unfolded() -> Iterator[None]:
+    """`find_stages` without folding side blocks, inside the `with` block."""
+    token = _FOLD.set(False)
+    try:
+        yield
+    finally:
+        _FOLD.reset(token)
+
+
+def side_blocks(spec: Spec, names: frozenset[str] | None = None) -> dict[str, str]:
+    """Side blocks: a forward block with no input whose every consumer runs on its own devices,
+    beside a chain that starts elsewhere (a text embedding on the first language-model GPU
+    while a vision tower feeds it from other GPUs). Maps each to the consumer whose stage it can
+    join, the first in dependency order; a spec with a single source has none."""
+    order = [n for n in spec.topo_order if names is None or n in names]
+    inside = set(order)
+    sources = [n for n in order if not spec.block(n).kind.is_backward and not spec.preds[n]]
+    if len(sources) < 2:
+        return {}
+    out = {}
+    for n in sources:
+        devs = set(spec.block(n).devices)
+        users = [x for x in order if x in spec.succs[n]]
+        if users and all(x in inside and not spec.block(x).kind.is_backward and set(spec.block(x).devices) == devs
+                         for x in users):
+            out[n] = users[0]
+    if len(out) == len(sources):  # every source is "beside" another: no chain to fold them into
+        return {}
+    return out
+
+
+def _fold(spec: Spec, stages: tuple[GroupStage, ...], sides: dict[str, str]) -> tuple[GroupStage, ...]:
+    """`stages` with each side block run right before its consumer, and its backward (if any)
+    right after the consumer's backward, in the consumer's stage."""
+    back_of = {b.forward: b.name for b in spec.blocks if b.kind.is_backward and b.forward}
+    out = []
+    for st in stages:
+        fwd, bwd = list(st.forward), list(st.backward)
+        for side, user in sides.items():
+            if user in fwd:
+                fwd.insert(fwd.index(user), side)
+                if side in back_of:
+                    at = bwd.index(back_of[user]) + 1 if back_of.get(user) in bwd else len(bwd)
+                    bwd.insert(at, back_of[side])
+        out.append(GroupStage(st.devices, tuple(fwd), tuple(bwd)))
+    return tuple(out)
+
+
 def find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None = None) -> tuple[GroupStage, ...]:
     """The spec (or only the blocks in `names`) as a chain of stages (each device in exactly
-    one), or NotApplicable saying why.
+    one), or NotApplicable saying why. A placement that is such a chain once its side blocks
+    (`side_blocks`) run in the stage of the block they feed is that chain, as an engineer would
+    run it (`compare` labels such a baseline as adapted).
+    """
+    try:
+        return _find_stages(spec, who=who, names=names)
+    except NotApplicable:
+        sides = side_blocks(spec, names) if _FOLD.get() else {}
+        if not sides:
+            raise
+        folded = set(sides) | {b.name for b in spec.blocks if b.kind.is_backward and b.forward in sides}
+        rest = frozenset(n for n in spec.topo_order if (names is None or n in names) and n not in folded)
+        try:
+            stages = _find_stages(spec, who=who, names=rest)
+        except NotApplicable:
+            raise  # the first reason (the placement as written) is the one reported
+        return _fold(spec, stages, sides)
+
+
+def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None = None) -> tuple[GroupStage, ...]:
+    """`find_stages` on the placement as written.
 
     Forward blocks, in dependency order, are cut into runs on one device set; each run is a
     stage, each stage's first block depends on the previous stage's last one, and no device

@@ -261,11 +261,7 @@ def _interleaved_queue(n: int, groups: int, chunks: int, g: int, warm: int) -> l
     Forward units go group by group of `groups` micro-batches, every chunk in turn; backward
     units the same with the chunks reversed; `warm` forwards first, then one forward and one
     backward alternately, then the remaining backwards."""
-    fwd, bwd = [], []
-    for first in range(0, n, groups):
-        mbs = range(first, min(n, first + groups))
-        fwd += [(c, mb) for c in range(chunks) for mb in mbs]
-        bwd += [(c, mb) for c in reversed(range(chunks)) for mb in mbs]
+    fwd, bwd = _unit_sets(n, groups, chunks)
     q = [("F", c, mb) for c, mb in fwd[:warm]]
     for i in range(len(fwd) - warm):
         q += [("F", *fwd[warm + i]), ("B", *bwd[i])]
@@ -273,29 +269,128 @@ def _interleaved_queue(n: int, groups: int, chunks: int, g: int, warm: int) -> l
     return q
 
 
+def _unit_sets(n: int, width: int, chunks: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(forward units, backward units) of one device group as (chunk, micro-batch): micro-batches
+    in sets of `width`, every chunk in turn for each set (backwards with the chunks reversed)."""
+    fwd, bwd = [], []
+    for first in range(0, n, width):
+        mbs = range(first, min(n, first + width))
+        fwd += [(c, mb) for c in range(chunks) for mb in mbs]
+        bwd += [(c, mb) for c in reversed(range(chunks)) for mb in mbs]
+    return fwd, bwd
+
+
+def _played_interleaved(spec: Spec, stages, groups: int, chunks: int, n: int, width: int
+                        ) -> list[list[tuple[str, int, int]]] | None:
+    """Interleaved 1F1B played out in time under each device's memory, as `capped.py` plays 1F1B:
+    a free device group runs its next backward unit when it is ready, else its next forward unit
+    if its devices have room for what that unit keeps until its backward. Units run in the
+    interleaved order (`_unit_sets`). None when the groups wait on each other with nothing
+    running (memory too small for this width)."""
+    count = len(stages)
+    keep = [[sum(max(spec.block(x).memory, 0) for x in st.forward if d in spec.block(x).devices)
+             for d in range(spec.devices)] for st in stages]
+    f_time = [sum(spec.block(x).time for x in st.forward) for st in stages]
+    b_time = [sum(spec.block(x).time for x in st.backward) for st in stages]
+    units = [_unit_sets(n, width, chunks) for _ in range(groups)]
+    f_end: list[dict[int, int]] = [{} for _ in stages]
+    b_end: list[dict[int, int]] = [{} for _ in stages]
+    nf, nb, busy = [0] * groups, [0] * groups, [0] * groups
+    used = [0] * spec.devices
+    frees: list[tuple[int, int]] = []  # (time, stage): a backward ending then frees what its forward kept
+    seq: list[list[tuple[str, int, int]]] = [[] for _ in range(groups)]
+    total = n * chunks
+    t = 0
+    while any(nb[g] < total for g in range(groups)):
+        for _end, k in [x for x in frees if x[0] <= t]:
+            for d in range(spec.devices):
+                used[d] -= keep[k][d]
+        frees = [x for x in frees if x[0] > t]
+        for g in range(groups):
+            if busy[g] > t:
+                continue
+            fwd, bwd = units[g]
+            if nb[g] < total:
+                c, mb = bwd[nb[g]]
+                k = c * groups + g
+                if f_end[k].get(mb, t + 1) <= t and (k == count - 1 or b_end[k + 1].get(mb, t + 1) <= t):
+                    b_end[k][mb] = busy[g] = t + b_time[k]
+                    frees.append((busy[g], k))
+                    nb[g] += 1
+                    seq[g].append(("B", c, mb))
+                    continue
+            if nf[g] < total:
+                c, mb = fwd[nf[g]]
+                k = c * groups + g
+                if ((k == 0 or f_end[k - 1].get(mb, t + 1) <= t)
+                        and all(used[d] + keep[k][d] <= spec.capacity(d) for d in stages[g].devices)):
+                    f_end[k][mb] = busy[g] = t + f_time[k]
+                    for d in range(spec.devices):
+                        used[d] += keep[k][d]
+                    nf[g] += 1
+                    seq[g].append(("F", c, mb))
+        later = [x for x in busy if x > t] + [x[0] for x in frees if x[0] > t]
+        if not later:
+            return None
+        t = min(later)
+    return seq
+
+
 def interleaved_orders(spec: Spec, n: int) -> list[list[Key]]:
     """Interleaved 1F1B (Megatron-LM): each device group runs several chunks of one chain. Group
-    g starts with ``(groups - g - 1) * 2 + (chunks - 1) * groups`` forwards, fewer when memory M
-    cannot hold them (the warmups are shortened together until the schedule fits)."""
+    g starts with ``(groups - g - 1) * 2 + (chunks - 1) * groups`` forwards, forwards taken in sets
+    of `groups` micro-batches per chunk.
+
+    When memory M cannot hold that, the order is made memory-aware, and the shortest that fits is
+    used (`compare` labels it capped to memory): Megatron's order with the warmups shortened
+    together, and the order played out in time under each device's memory
+    (`_played_interleaved`) with forwards in sets of `groups` micro-batches, then half as many,
+    down to one (fewer micro-batches in flight before the first backward). Shortening the
+    warmups alone deadlocks below about ``(chunks - 1) * groups`` forwards (a group waits for a
+    backward whose last-chunk forward it has not run), hence the smaller sets."""
     from tessel_dsl.schedule import Schedule
     from tessel_dsl.search.compact import compact
 
     stages, groups = find_rounds(spec)
     chunks = len(stages) // groups
-    ideal = [min(n * chunks, (groups - g - 1) * 2 + (chunks - 1) * groups) for g in range(groups)]
-    for cap in range(max(ideal), 0, -1):
-        orders: list[list[Key]] = [[] for _ in range(spec.devices)]
-        for g in range(groups):
-            row = []
-            for phase, c, mb in _interleaved_queue(n, groups, chunks, g, min(ideal[g], cap)):
-                st = stages[c * groups + g]
-                row += [(name, mb) for name in (st.forward if phase == "F" else st.backward)]
-            for d in stages[g].devices:
-                orders[d] = list(row)
+    best: tuple[int, list[list[Key]]] | None = None
+
+    def fitting(orders: list[list[Key]]) -> int | None:
+        """The compacted makespan of `orders`, or None if they deadlock or exceed memory."""
         try:
             sched = Schedule(n, compact(spec, orders=orders))
         except ScheduleError:
+            return None
+        return sched.makespan(spec) if sched.fits_memory(spec) else None
+
+    def spread(rows: list[list[tuple[str, int, int]]]) -> list[list[Key]]:
+        orders: list[list[Key]] = [[] for _ in range(spec.devices)]
+        for g, row in enumerate(rows):
+            keys = [(name, mb) for phase, c, mb in row
+                    for name in (stages[c * groups + g].forward if phase == "F" else stages[c * groups + g].backward)]
+            for d in stages[g].devices:
+                orders[d] = list(keys)
+        return orders
+
+    ideal = [min(n * chunks, (groups - g - 1) * 2 + (chunks - 1) * groups) for g in range(groups)]
+    for cap in range(max(ideal), 0, -1):
+        orders = spread([_interleaved_queue(n, groups, chunks, g, min(ideal[g], cap)) for g in range(groups)])
+        span = fitting(orders)
+        if span is None:
             continue
-        if sched.fits_memory(spec):
-            return orders
-    raise InfeasibleError(f"interleaved 1F1B: no warmup fits memory {capacity_in(spec)}")
+        if cap == max(ideal):
+            return orders  # Megatron's own order fits
+        best = (span, orders)
+        break  # a shorter warmup only adds bubbles
+    if all(st.backward for st in stages):
+        for width in sorted({max(1, groups >> k) for k in range(groups.bit_length())}, reverse=True):
+            played = _played_interleaved(spec, stages, groups, chunks, n, width)
+            if played is None:
+                continue
+            orders = spread(played)
+            span = fitting(orders)
+            if span is not None and (best is None or span < best[0]):
+                best = (span, orders)
+    if best is None:
+        raise InfeasibleError(f"interleaved 1F1B: no warmup fits memory {capacity_in(spec)}")
+    return best[1]

@@ -121,17 +121,42 @@ def memory_adaptation(spec: Spec, name: str, n: int, schedule: Schedule) -> str:
             "without the cap")
 
 
+def placement_adaptation(spec: Spec, name: str) -> str:
+    """How baseline `name` was fitted to the placement, or "" if it takes it as written: side
+    blocks (`chain.side_blocks`) run in the stage of the block they feed."""
+    from tessel_dsl.search.baselines.chain import side_blocks, unfolded
+
+    sides = side_blocks(spec)
+    if not sides:
+        return ""
+    try:
+        with unfolded():
+            build(spec, name, 1)
+        return ""
+    except NotApplicable:
+        pass
+    except TesselError:
+        return ""
+    said = ", ".join(f"{s} (device {','.join(map(str, spec.block(s).devices))}) in the stage of {u}"
+                     for s, u in sides.items())
+    return f"adapted to the placement: side block(s) run where they feed, {said}"
+
+
 def label(row: Row) -> str:
-    """A row's schedule name as reports show it: a baseline fitted to memory says so."""
-    why = row.extra.get("memory") if row.extra else ""
-    if not why:
-        return row.schedule
-    return f"{row.schedule} ({'capped' if why.startswith('capped') else 'adapted'} to memory)"
+    """A row's schedule name as reports show it: a baseline fitted to the placement or to memory
+    says so."""
+    extra = row.extra or {}
+    tags = ["side blocks folded"] if extra.get("placement") else []
+    why = extra.get("memory")
+    if why:
+        tags.append(f"{'capped' if why.startswith('capped') else 'adapted'} to memory")
+    return f"{row.schedule} ({'; '.join(tags)})" if tags else row.schedule
 
 
 def baseline_row(spec: Spec, name: str, n: int, steady_n: int = STEADY_N) -> tuple[Row, Schedule | None]:
     """The baseline's row (n/a when it does not fit the placement) and its schedule at N; when
-    memory M changed it from the baseline's own design, `extra["memory"]` says how."""
+    memory M changed it from the baseline's own design, `extra["memory"]` says how, and when it
+    needed side blocks folded into a stage, `extra["placement"]`."""
     try:
         schedule = build(spec, name, n)
         period = measured_period(spec, build(spec, name, steady_n // 2), build(spec, name, steady_n))
@@ -140,7 +165,9 @@ def baseline_row(spec: Spec, name: str, n: int, steady_n: int = STEADY_N) -> tup
     except TesselError as e:
         return _failed(spec, name, "error", str(e).splitlines()[0], n), None
     why = memory_adaptation(spec, name, n, schedule)
-    return _row(spec, schedule, period, extra={"memory": why} if why else {}), schedule
+    fitted = placement_adaptation(spec, name)
+    extra = ({"memory": why} if why else {}) | ({"placement": fitted} if fitted else {})
+    return _row(spec, schedule, period, extra=extra), schedule
 
 
 def running_period(spec: Spec, schedule: Schedule, info: SearchInfo | None = None,
