@@ -90,7 +90,7 @@ class _More(Diagnostic):
 
     @staticmethod
     def of(code: str, location, count: int) -> "_More":
-        return _More(code, f"and {count} more like the ones above", location, count)
+        return _More(code, f"and {count} more like the ones above", location, count=count)
 
 
 def cap_repeated(found: list[Diagnostic]) -> list[Diagnostic]:
