@@ -194,12 +194,13 @@ def _stage_module(model: str, full, s: int, stages: int):
 
 
 def _torch_rank(rank: int, world: int, port: int, model: str, kind: str, margs: dict, n: int, steps: int,
-                warmup: int, out: str) -> None:
+                warmup: int, out: str, trace: str | None = None) -> None:
     import inspect
 
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
+    from gpu_trace import maybe
     from torch.distributed import pipelining
 
     from tessel_dsl.executor.models import chain, gpt
@@ -241,8 +242,9 @@ def _torch_rank(rank: int, world: int, port: int, model: str, kind: str, margs: 
         losses: list = []
         args = (inputs,) if has_first else ()
         kw = {"target": target, "losses": losses, **extra} if has_last else {}
-        sched.step(*args, **kw)
-        sync()
+        with maybe(trace, rank, it, warmup - 1):  # the last warm-up iteration, when asked
+            sched.step(*args, **kw)
+            sync()
         if it == 0 and has_last:
             first_loss = sum(float(v.detach()) for v in losses) / n
         if it >= warmup:
@@ -259,7 +261,10 @@ def _torch_rank(rank: int, world: int, port: int, model: str, kind: str, margs: 
     dist.destroy_process_group()
 
 
-def torch_row(model: str, kind: str, devices: int, margs: dict, steps: int, warmup: int) -> dict:
+def torch_row(model: str, kind: str, devices: int, margs: dict, steps: int, warmup: int,
+              trace: str | None = None) -> dict:
+    """PyTorch's schedule `kind` on a plain split of the model; with `trace` (a folder), every rank
+    records its last warm-up iteration there (bench/gpu_trace.py)."""
     import tempfile
 
     import torch.multiprocessing as mp
@@ -269,7 +274,8 @@ def torch_row(model: str, kind: str, devices: int, margs: dict, steps: int, warm
     with tempfile.TemporaryDirectory() as tmp, PeakMemory() as mem:
         out = os.path.join(tmp, "r.json")
         t = time.time()
-        mp.spawn(_torch_rank, args=(devices, free_port(), model, kind, margs, N, steps, warmup, out), nprocs=devices)
+        mp.spawn(_torch_rank, args=(devices, free_port(), model, kind, margs, N, steps, warmup, out, trace),
+                 nprocs=devices)
         r = json.loads(Path(out).read_text())
     it = statistics.median(r["iterations"])
     return {"schedule": f"torch {TORCH[kind][0]}", "microbatches": N, "replicas": 1, "iterations": r["iterations"],
@@ -279,10 +285,16 @@ def torch_row(model: str, kind: str, devices: int, margs: dict, steps: int, warm
 
 # -- this executor -------------------------------------------------------------------------------
 
-def tessel_row(plan: str, model: str, margs: dict, replicas: int, steps: int, warmup: int) -> dict:
+def tessel_row(plan: str, model: str, margs: dict, replicas: int, steps: int, warmup: int,
+               trace: str | None = None) -> dict:
+    """This executor on `plan`; with `trace` (a folder), every rank records its last warm-up
+    iteration there (bench/gpu_trace.py)."""
+    from gpu_trace import traced_model
+
     import tessel_dsl.executor as executor
 
     t = time.time()
+    model, margs = traced_model(model, margs, trace, warmup - 1)
     with PeakMemory() as mem:
         rep = executor.run(PLANS / plan, model, backend="gloo" if smoke() else "nccl", steps=steps, warmup=warmup,
                            timeout=100, collect=True, model_args=margs, replicas=replicas)
