@@ -411,9 +411,7 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
             json.dump(res, fh, indent=1)
         return s
 
-    for group in GROUPS:
-        if group not in only:
-            continue
+    for group in only if isinstance(only, list) else [g for g in GROUPS if g in only]:
         m, model = margs(group), ("chain" if group == "chain" else "gpt")
         kinds = (("1f1b",) if group == "gpt512k" else tuple(gpu8.TORCH)) if torch_rows else ()
         kinds = tuple(k for k in kinds if torch_kinds is None or k in torch_kinds)
@@ -500,7 +498,8 @@ def main() -> None:
     ap = arg_parser(__doc__)
     ap.add_argument("step", choices=("prepare", "profile", "plans", "run", "all"))
     ap.add_argument("--costs", type=Path, help="plans: the profile JSON written by the profile step")
-    ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS))
+    ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS)
+                    + " (run: in this order)")
     ap.add_argument("--steps", type=int, default=3, help="measured iterations per row")
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured iterations first")
     ap.add_argument("--no-torch", action="store_true", help="run: only the Tessel rows")
@@ -513,8 +512,8 @@ def main() -> None:
                     "torch.profiler (bench/gpu_trace.py)")
     ap.add_argument("--budget", type=float, help="run: seconds after which no further row starts")
     args = ap.parse_args()
-    only = set(args.only.split(","))
-    if only - set(GROUPS):
+    only = list(dict.fromkeys(args.only.split(",")))  # run: the groups in this order
+    if set(only) - set(GROUPS):
         raise SystemExit(f"--only takes {', '.join(GROUPS)}")
     os.makedirs(args.out, exist_ok=True)
     if args.step in ("prepare", "all"):
