@@ -1,7 +1,7 @@
 """One iteration of a bench row under `torch.profiler`, and what its trace says.
 
 Every rank of a row records the same unmeasured iteration (the last warm-up one, so the measured
-iterations are untouched) with CPU activities, and CUDA ones where there is a GPU, and writes its
+iterations are untouched; the ranks meet at a barrier once their profilers run) with CPU activities, and CUDA ones where there is a GPU, and writes its
 Chrome trace; the launching process merges the ranks' traces into one gzipped file per row
 (``<row>.trace.json.gz``, one process per rank, Perfetto or chrome://tracing open it) and sums
 up, rank by rank, what the iteration spent its time on:
@@ -48,6 +48,14 @@ class Recorder:
             torch.cuda.synchronize()
         self.prof = profile(activities=acts)
         self.prof.__enter__()
+        # The profiler's first start takes long, and not equally long on every rank: without a
+        # barrier here the traced iteration would hold the ranks' skew as waiting.
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()
+            if self.cuda:
+                torch.cuda.synchronize()
         self.mark = record_function(MARK)
         self.mark.__enter__()
         return self
