@@ -10,8 +10,9 @@ up, rank by rank, what the iteration spent its time on:
   every kernel that is not NCCL's), and how much it ran none;
 * ``comm_ms``: the union of NCCL kernels (on gloo: the host's time in ``gloo``/``c10d`` calls);
 * ``host_gap_ms``: the main thread's time inside the iteration that no operator, CUDA runtime
-  call or communication call covers: the Python of the schedule itself (the runtime between
-  blocks); ``host_gap_us_per_action`` divides it by the rank's actions where a row knows them;
+  call or communication call covers (annotations such as a schedule's own action marks do not
+  count as cover): the Python of the schedule and of the model's modules between operators;
+  ``host_gap_us_per_action`` divides it by the rank's actions where a row knows them;
 * ``syncs``: cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize calls (and
   ``sync_ms``, the host's time blocked in them); ``stream_waits``: cudaStreamWaitEvent calls;
 * ``allocs``: cudaMalloc / cudaFree calls (the caching allocator growing or giving back).
@@ -141,14 +142,14 @@ def summarize(events: list[dict], actions: int | None = None) -> dict:
     mark = marks[0]
     lo, hi = mark["ts"], mark["ts"] + mark["dur"]
     main = (mark["pid"], mark["tid"])
-    kernels = [e for e in xs if e.get("cat") == "kernel"]
-    gpu_lo = min((e["ts"] for e in kernels), default=lo)
-    gpu_hi = max((e["ts"] + e.get("dur", 0) for e in kernels), default=hi)
-    g_lo, g_hi = min(lo, gpu_lo), max(hi, gpu_hi)
+    # the iteration's kernels: launched inside it, so they start after its mark does (the
+    # barrier's before it do not count); the GPU window may end after the host's
+    kernels = [e for e in xs if e.get("cat") == "kernel" and e["ts"] >= lo]
+    g_lo, g_hi = lo, max([hi] + [e["ts"] + e.get("dur", 0) for e in kernels])
     compute = [s for e in kernels if not _is_comm(e["name"]) and (s := _clip(e, g_lo, g_hi))]
     comm_k = [s for e in kernels if _is_comm(e["name"]) and (s := _clip(e, g_lo, g_hi))]
     host = [e for e in xs if (e["pid"], e["tid"]) == main and e is not mark
-            and e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver", "user_annotation")
+            and e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver")
             and e["ts"] >= lo and e["ts"] < hi]
     covered = _union([s for e in host if (s := _clip(e, lo, hi))])
     runtime = [e for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver") and lo <= e["ts"] < hi]
@@ -234,3 +235,27 @@ def lines(name: str, summary: dict) -> list[str]:
 HEADER = ("| row | rank | traced iteration ms | GPU compute busy / idle ms | communication ms | host gaps ms | "
           "host gap per action us | syncs (host blocked) | stream waits | cudaMalloc/Free |\n"
           "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def read(path: str | os.PathLike, actions: dict[int, int] | None = None) -> dict:
+    """Each rank's summary of a merged ``.trace.json.gz`` written by `collect`."""
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    ranks: dict[int, list[dict]] = {}
+    for e in events:
+        if "pid" in e:
+            ranks.setdefault(e["pid"] // 1000 - 1, []).append(e)
+    return {f"rank{r}": summarize(evs, (actions or {}).get(r)) for r, evs in sorted(ranks.items())}
+
+
+def main() -> None:
+    """``python bench/gpu_trace.py ROW.trace.json.gz...``: the summary table of saved traces."""
+    import sys
+
+    print(HEADER)
+    for path in sys.argv[1:]:
+        print("\n".join(lines(Path(path).name.removesuffix(".trace.json.gz"), read(path))))
+
+
+if __name__ == "__main__":
+    main()
