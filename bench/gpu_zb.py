@@ -9,6 +9,10 @@ solvers, the GPU machine has torch alone):
   here:  python bench/gpu_zb.py plans --costs FILE       search on them -> bench/plans/gpu_zb/
   there: PYTHONPATH=. python bench/gpu_zb.py run         the tables -> $OUT/gpu_zb.{md,json}
 
+bench/plans/ is ignored: the plans are made here and carried to the GPU machine with the call.
+``python bench/gpu_zb.py --make-plans`` (prepare, then plans on the committed profile
+``COSTS``) makes every plan of the last published run again, the same every time.
+
 ``python bench/gpu_zb.py all`` does the four in order where torch, CUDA and the search are all
 installed. With no CUDA, every step runs tiny models on gloo ranks (a check of the script).
 
@@ -35,7 +39,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import gpu8
-from gpu_common import GPT, PLANS, ROOT, TINY, gpu_info, record, smoke
+from gpu_common import GPT, PLANS, ROOT, TINY, gpu_info, need_plans, plan_path, record, smoke
 
 D, N = 4, gpu8.N
 OUT_DIR = PLANS / "gpu_zb"
@@ -52,7 +56,16 @@ KEYS = {
 }
 ROW_NAMES = {"zb1": "Tessel zero-bubble chain (searched)", "zb2": "Tessel V, two chunks per GPU (searched)",
              "vshape": "Tessel 1F1B baseline plan, unsplit backward", "mshape": "Tessel M-shape (searched)"}
-FROM_RUN_PLAN = f"gpu8_gpt{D}_l{2 * D}_n{N}_mshape.json"  # the M-shape run whose block times cost it
+# The M-shape on bench/gpu8.py's spec costs: a first run of it gives the 512k group its block times.
+FROM_RUN_PLAN = plan_path("gpu_zb", "gpt512k", D, "mshape", "tessel", N, "spec-costs")
+# The profile the published plans were searched on (bench/results/gpu_zb_h200x4_2026-11-27.md).
+COSTS = ROOT / "bench" / "results" / "gpu_zb_profile_h200x4_2026-11-27.json"
+# key -> (model, placement, schedule) in the plan's file name
+NAMES = {"chain_zb": ("chain", "zerobubble", "tessel"), "chain_zbv": ("chain", "zerobubble-v", "tessel"),
+         "chain_1f1b": ("chain", "vshape", "1f1b"), "gpt32k_zb": ("gpt32k", "zerobubble", "tessel"),
+         "gpt32k_zbv": ("gpt32k", "zerobubble-v", "tessel"), "gpt32k_1f1b": ("gpt32k", "vshape", "1f1b"),
+         "gpt512k_mshape": ("gpt512k", "mshape", "tessel"), "gpt32k_choice": ("gpt32k", "choice", "tessel"),
+         "gpt512k_choice": ("gpt512k", "choice", "tessel")}
 # `tessel plan`'s own choice of placement and schedule for the GPT groups: the model profiled unit by
 # unit on the GPU (tessel_dsl/placement/profile.py), the choice made here from that profile
 # (`tessel plan --profile`), the plan run by `Pipeline` with the binding and DTensor plans it wrote.
@@ -73,29 +86,33 @@ def group_of(key: str) -> str:
     return CHOICES.get(key) or KEYS[key][0]
 
 
-def spec_file(key: str) -> Path:
-    return OUT_DIR / f"{key}.spec.json"
-
-
 def plan_file(key: str) -> Path:
-    return OUT_DIR / f"{key}.json"
+    model, placement, schedule = NAMES[key]
+    return plan_path("gpu_zb", model, D, placement, schedule, N)
+
+
+def spec_file(key: str) -> Path:
+    return plan_file(key).with_suffix(".spec.json")
 
 
 # -- here: the specs to profile, and the plans searched on what was measured -----------------------
 
 def prepare() -> None:
+    from gpu_common import make_plan
+
     from tessel_dsl.executor.models import shapes
     from tessel_dsl.lang.parser import parse_file
-    from tessel_dsl.plan import load_plan, write_json_atomic
+    from tessel_dsl.plan import write_json_atomic
     from tessel_dsl.serialize import to_json
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     zb = {c: parse_file(ROOT / "specs" / "zerobubble.tsl", sets={"D": str(D), "N": str(N), "C": str(c)}) for c in (1, 2)}
-    made = {"zb1": zb[1], "zb2": zb[2], "vshape": shapes.vshape(D, microbatches=N),
-            "mshape": load_plan(PLANS / FROM_RUN_PLAN).spec}
+    mshape = gpu8.gpt_spec(D, 2 * D)
+    print(make_plan(mshape, "tessel", N, FROM_RUN_PLAN))
+    made = {"zb1": zb[1], "zb2": zb[2], "vshape": shapes.vshape(D, microbatches=N), "mshape": mshape}
     for key, (_, _, how, _) in KEYS.items():
         write_json_atomic(spec_file(key), to_json(made[how]))
-        print("wrote", spec_file(key).relative_to(ROOT))
+        print("wrote", spec_file(key))
 
 
 def load_spec(key: str):
@@ -179,7 +196,7 @@ def choose_plan(key: str, entry: dict, gpu: str) -> dict:
     from tessel_dsl.plan import write_json_atomic
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    prof = OUT_DIR / f"{key}.units.json"
+    prof = plan_file(key).with_suffix(".units.json")
     write_json_atomic(prof, entry["units_profile"])
     cmd = [sys.executable, "-m", "tessel_dsl.cli", "plan", "--profile", str(prof), "--devices", str(D),
            "--memory", f"{entry['memory_bytes']}B", "--reserve", RESERVE, "--microbatches", str(N),
@@ -213,10 +230,11 @@ def profile(out: str, only: set[str]) -> dict:
             continue
         t = time.time()
         if how == "mshape":
-            rep = executor.run(PLANS / FROM_RUN_PLAN, MODELS[model], backend="gloo" if smoke() else "nccl", steps=2,
+            need_plans(FROM_RUN_PLAN, how="python bench/gpu_zb.py prepare")
+            rep = executor.run(FROM_RUN_PLAN, MODELS[model], backend="gloo" if smoke() else "nccl", steps=2,
                                warmup=1, timeout=100, model_args=margs(group))
             s = rep.summary()
-            res[key] = {"block_seconds": s["block_seconds"], "device": res["gpu"], "plan": FROM_RUN_PLAN,
+            res[key] = {"block_seconds": s["block_seconds"], "device": res["gpu"], "plan": FROM_RUN_PLAN.name,
                         "iteration": s["measured"]["iteration"]}
         else:
             ms = measure(load_spec(key), MODELS[model], device=dev, repeats=10, warmup=3, model_args=margs(group))
@@ -379,9 +397,8 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
     searched = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
     found = searched.get("plans", {})
     wanted = [k for k in [*KEYS, *CHOICES] if group_of(k) in only and (keys is None or k in keys)]
-    missing = [k for k in wanted if not plan_file(k).exists()]
-    if missing:
-        raise SystemExit(f"no plan for {', '.join(missing)}: run the profile and plans steps first")
+    need_plans(*(plan_file(k) for k in wanted), how=f"python bench/gpu_zb.py --make-plans (or prepare, profile there, "
+               f"plans --costs {COSTS.relative_to(ROOT)})")
     os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
     res = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d"), "devices": D, "microbatches": N,
            "searched": searched}
@@ -420,8 +437,7 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
             return lambda tr: gpu8.torch_row(model, k, D, m, trace=tr, **kw)
 
         def tessel_fn(key, m=m, model=model):
-            return lambda tr: gpu8.tessel_row(str(plan_file(key).relative_to(PLANS)), MODELS[model], m, 1, trace=tr,
-                                              **kw)
+            return lambda tr: gpu8.tessel_row(plan_file(key), MODELS[model], m, 1, trace=tr, **kw)
 
         rows = [(f"{group}_torch_{k}", f"{gpu8.TORCH[k][0]} (torch)", torch_fn(k), None) for k in kinds]
         rows += [(key, f"{ROW_NAMES[how]}, {found.get(key, {}).get('source', '?')}", tessel_fn(key),
@@ -496,7 +512,7 @@ def main() -> None:
     from gpu_common import arg_parser
 
     ap = arg_parser(__doc__)
-    ap.add_argument("step", choices=("prepare", "profile", "plans", "run", "all"))
+    ap.add_argument("step", nargs="?", choices=("prepare", "profile", "plans", "run", "all"))
     ap.add_argument("--costs", type=Path, help="plans: the profile JSON written by the profile step")
     ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS)
                     + " (run: in this order)")
@@ -516,6 +532,12 @@ def main() -> None:
     if set(only) - set(GROUPS):
         raise SystemExit(f"--only takes {', '.join(GROUPS)}")
     os.makedirs(args.out, exist_ok=True)
+    if args.make_plans:  # every plan of the published run, from the committed profile
+        prepare()
+        plans(args.costs or COSTS)
+        return
+    if args.step is None:
+        raise SystemExit("give a step (prepare, profile, plans, run, all) or --make-plans")
     if args.step in ("prepare", "all"):
         prepare()
     if args.step in ("profile", "all"):
