@@ -28,6 +28,11 @@ ScheduleInterleavedZeroBubble (2D stages, looped), ScheduleZBVZeroBubble (2D sta
 Tessel's search on specs/zerobubble.tsl (a chain of D stages, backward split into input and
 weight gradients) and on its V placement (``C=2``: two chunks per GPU, ZB-V's placement); and
 the 1F1B baseline plan of the same chain with an unsplit backward, run by this executor.
+For gpt32k and gpt512k also `tessel plan`'s own choice: the profile step profiles the GPT unit by
+unit with `tessel plan`'s profiler, the plans step runs ``tessel plan --profile`` on that (D=4,
+the card's memory), and the run step trains the chosen plan with `Pipeline` (its binding and
+DTensor plans) in the same table. ``run --trace`` records one warm-up iteration of every row with
+torch.profiler (bench/gpu_trace.py) and adds what each trace shows.
 """
 from __future__ import annotations
 
