@@ -1,7 +1,9 @@
 """Four GPUs (or the device count given): the paper's three end-to-end comparisons on the shipped models.
 
-Here (where the search runs):    python bench/gpu4.py --make-plans [--devices D] [--profiled RESULTS.json]
+Here (where the search runs):    python bench/gpu4.py --make-plans [--devices D] [--only ...] [--n-infer ...]
+                                 [--profiled RESULTS.json]         (-> bench/plans/gpu4/, ignored)
 On the GPU machine (torch only): PYTHONPATH=. python bench/gpu4.py [--devices D] [--out DIR] [--only gpt,encdec,branches]
+                                 (bench/plans carried)
 
 * GPT, 512k vocabulary: searched M-shape (non-blocking and blocking) vs 1F1B+ on the M-shape vs
   1F1B on a V-shape split of the same model, both as PyTorch's Schedule1F1B and as the same 1F1B
@@ -18,7 +20,8 @@ Every row: measured and simulated iteration time, throughput and the largest wai
 
 The profiled K-shape takes three steps, since the search does not run on the GPU machine:
 `--only branches --n-infer 32` there, `--make-plans --devices D --profiled <its gpuD_branches.json>`
-here, then `--only branches` there (rows whose plan is missing are skipped).
+here (for D=2, bench/results/gpu2_h200_branches_profile-run.json is that file), then `--only
+branches` there (rows whose plan is missing are skipped).
 """
 from __future__ import annotations
 
@@ -32,11 +35,12 @@ from gpu_common import (
     ENCDEC,
     GPT,
     HEADER,
-    PLANS,
     arg_parser,
     costed,
     gpu_info,
     make_plan,
+    need_plans,
+    plan_path,
     record,
     row,
     run_plan,
@@ -72,13 +76,16 @@ def measured_costs(spec, seconds: dict[str, float]):
     return apply_measurements(spec, measurements_from_run(spec, seconds))
 
 
-def plan_name(model: str, devices: int, rest: str) -> str:
-    return f"{model}{devices}_{rest}.json"
+def plan_name(devices: int, model: str, placement: str, schedule: str, n: int, *variants: str):
+    return plan_path("gpu4", model, devices, placement, schedule, n, *variants)
 
 
-def make_plans(devices: int, profiled: str | None) -> None:
+def make_plans(devices: int, profiled: str | None, only: set[str], ns: tuple[int, ...]) -> None:
     s = specs(devices)
-    p = lambda model, rest: PLANS / plan_name(model, devices, rest)  # noqa: E731
+
+    def p(model, placement, schedule, n, *variants):
+        return plan_name(devices, model, placement, schedule, n, *variants)
+
     if profiled:
         runs = json.loads(Path(profiled).read_text())
         if "block_seconds" not in runs.get(PROFILE_RUN, {}):
@@ -87,23 +94,29 @@ def make_plans(devices: int, profiled: str | None) -> None:
         seconds = runs[PROFILE_RUN]["block_seconds"]
         k = measured_costs(s["branches"], seconds)
         print("profiled K-shape costs:", {b.name: b.time for b in k.blocks})
-        for n in N_INFER:
+        for n in ns:
             for blocking in (False, True):
-                sfx = "_blocking" if blocking else ""
-                print(make_plan(k, "tessel", n, p("branches", f"kshape_tessel_profiled{sfx}_n{n}"), blocking))
+                print(make_plan(k, "tessel", n, p("branches", "kshape", "tessel", n, "profiled",
+                                                  "blocking" if blocking else ""), blocking))
         return
-    for blocking in (False, True):
-        sfx = "_blocking" if blocking else ""
-        print(make_plan(s["gpt"], "tessel", N_TRAIN, p("gpt", f"mshape_tessel{sfx}"), blocking))
-        print(make_plan(s["encdec"], "tessel", N_TRAIN, p("encdec", f"nnshape_tessel{sfx}"), blocking))
-    print(make_plan(s["gpt"], "1f1b+", N_TRAIN, p("gpt", "mshape_1f1b+")))
-    print(make_plan(s["encdec"], "1f1b+", N_TRAIN, p("encdec", "nnshape_1f1b+")))
-    print(make_plan(s["chain"], "1f1b", N_TRAIN, p("chain", "vshape_1f1b")))
-    for n in N_INFER:
-        print(make_plan(s["branches"], "tessel", n, p("branches", f"kshape_tessel_n{n}")))
-        print(make_plan(s["branches"], "gpipe", n, p("branches", f"kshape_gpipe_n{n}")))
-        print(make_plan(s["branches"], "gpipe", n, p("branches", f"kshape_gpipe_blocking_n{n}"), True))
-        print(make_plan(s["chain_infer"], "1f1b", n, p("chain", f"vshape_infer_1f1b_n{n}")))
+    if only & {"gpt", "encdec"}:
+        for blocking in (False, True):
+            b = "blocking" if blocking else ""
+            if "gpt" in only:
+                print(make_plan(s["gpt"], "tessel", N_TRAIN, p("gpt", "mshape", "tessel", N_TRAIN, b), blocking))
+            if "encdec" in only:
+                print(make_plan(s["encdec"], "tessel", N_TRAIN, p("encdec", "nnshape", "tessel", N_TRAIN, b), blocking))
+        if "gpt" in only:
+            print(make_plan(s["gpt"], "1f1b+", N_TRAIN, p("gpt", "mshape", "1f1b+", N_TRAIN)))
+        if "encdec" in only:
+            print(make_plan(s["encdec"], "1f1b+", N_TRAIN, p("encdec", "nnshape", "1f1b+", N_TRAIN)))
+        print(make_plan(s["chain"], "1f1b", N_TRAIN, p("chain", "vshape", "1f1b", N_TRAIN)))
+    if "branches" in only:
+        for n in ns:
+            print(make_plan(s["branches"], "tessel", n, p("branches", "kshape", "tessel", n)))
+            print(make_plan(s["branches"], "gpipe", n, p("branches", "kshape", "gpipe", n)))
+            print(make_plan(s["branches"], "gpipe", n, p("branches", "kshape", "gpipe", n, "blocking"), True))
+            print(make_plan(s["chain_infer"], "1f1b", n, p("chain", "vshape", "1f1b", n, "infer")))
 
 
 def main() -> None:
@@ -116,15 +129,17 @@ def main() -> None:
                     help="with --make-plans: search the K-shape on the block times measured in this results file")
     args = ap.parse_args()
     d = args.devices
-    if args.make_plans:
-        make_plans(d, args.profiled)
-        return
     only = set(args.only.split(","))
+    ns = tuple(map(int, args.n_infer.split(",")))
+    if args.make_plans:
+        make_plans(d, args.profiled, only, ns)
+        return
     res = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d"), "devices": d}
     lines = [f"{d}-GPU runs on {res['gpu']}, {res['date']}", ""]
 
-    def run(key: str, plan: str, module: str, margs: dict) -> dict:
-        return record(res, key, run_plan(PLANS / plan, f"tessel_dsl.executor.models.{module}:factory", margs))
+    def run(key: str, plan, module: str, margs: dict) -> dict:
+        need_plans(plan, how=f"python bench/gpu4.py --make-plans --devices {d} --only {args.only} --n-infer {args.n_infer}")
+        return record(res, key, run_plan(plan, f"tessel_dsl.executor.models.{module}:factory", margs))
 
     if "gpt" in only:
         m = sizes("gpt", GPT)
@@ -136,42 +151,45 @@ def main() -> None:
         rows.append(row("Schedule1F1B (torch, V split), NCCL_MAX_CTAS=1",
                         record(res, "gpt_torch_1f1b_ctas1", torch_1f1b(d, N_TRAIN)), b))
         del os.environ["NCCL_MAX_CTAS"]
-        for key, plan, name in (("gpt_1f1b", plan_name("chain", d, "vshape_1f1b"), "1F1B V split (this executor)"),
-                                ("gpt_tessel", plan_name("gpt", d, "mshape_tessel"), "Tessel M-shape, non-blocking"),
-                                ("gpt_tessel_blocking", plan_name("gpt", d, "mshape_tessel_blocking"),
+        for key, plan, name in (("gpt_1f1b", plan_name(d, "chain", "vshape", "1f1b", N_TRAIN),
+                                 "1F1B V split (this executor)"),
+                                ("gpt_tessel", plan_name(d, "gpt", "mshape", "tessel", N_TRAIN),
+                                 "Tessel M-shape, non-blocking"),
+                                ("gpt_tessel_blocking", plan_name(d, "gpt", "mshape", "tessel", N_TRAIN, "blocking"),
                                  "Tessel M-shape, blocking"),
-                                ("gpt_1f1bplus", plan_name("gpt", d, "mshape_1f1b+"), "1F1B+ M-shape")):
+                                ("gpt_1f1bplus", plan_name(d, "gpt", "mshape", "1f1b+", N_TRAIN), "1F1B+ M-shape")):
             rows.append(row(name, run(key, plan, "gpt", m), b))
         lines += [f"GPT {GPT}, N={N_TRAIN}", "", HEADER, *rows, ""]
     if "encdec" in only:
         m = sizes("encdec", ENCDEC)
-        base = run("encdec_1f1b", plan_name("chain", d, "vshape_1f1b"), "encdec", m)
+        base = run("encdec_1f1b", plan_name(d, "chain", "vshape", "1f1b", N_TRAIN), "encdec", m)
         b = base["measured"]["iteration"]
         rows = [row("1F1B V split", base)]
-        for key, plan, name in (("encdec_1f1bplus", plan_name("encdec", d, "nnshape_1f1b+"), "1F1B+ NN-shape"),
-                                ("encdec_tessel", plan_name("encdec", d, "nnshape_tessel"),
+        for key, plan, name in (("encdec_1f1bplus", plan_name(d, "encdec", "nnshape", "1f1b+", N_TRAIN),
+                                 "1F1B+ NN-shape"),
+                                ("encdec_tessel", plan_name(d, "encdec", "nnshape", "tessel", N_TRAIN),
                                  "Tessel NN-shape, non-blocking"),
-                                ("encdec_tessel_blocking", plan_name("encdec", d, "nnshape_tessel_blocking"),
+                                ("encdec_tessel_blocking", plan_name(d, "encdec", "nnshape", "tessel", N_TRAIN, "blocking"),
                                  "Tessel NN-shape, blocking")):
             rows.append(row(name, run(key, plan, "encdec", m), b))
         lines += [f"Encoder-decoder {ENCDEC}, N={N_TRAIN}", "", HEADER, *rows, ""]
     if "branches" in only:
         m = sizes("branches", BRANCHES)
         rows = []
-        for n in map(int, args.n_infer.split(",")):
-            base = run(f"k_1f1b_{n}", plan_name("chain", d, f"vshape_infer_1f1b_n{n}"), "branches", m)
+        for n in ns:
+            base = run(f"k_1f1b_{n}", plan_name(d, "chain", "vshape", "1f1b", n, "infer"), "branches", m)
             b = base["measured"]["iteration"]
             rows.append(row(f"1F1B V split, N={n}", base))
-            for key, rest, name in ((f"k_gpipe_{n}", f"kshape_gpipe_n{n}", "GPipe order K-shape"),
-                                    (f"k_tessel_{n}", f"kshape_tessel_n{n}", "Tessel K-shape, spec costs"),
-                                    (f"k_tessel_profiled_{n}", f"kshape_tessel_profiled_n{n}",
-                                     "Tessel K-shape, profiled costs"),
-                                    (f"k_gpipe_blocking_{n}", f"kshape_gpipe_blocking_n{n}",
-                                     "GPipe order K-shape, blocking"),
-                                    (f"k_tessel_profiled_blocking_{n}", f"kshape_tessel_profiled_blocking_n{n}",
-                                     "Tessel K-shape, profiled costs, blocking")):
-                if (PLANS / plan_name("branches", d, rest)).exists():
-                    rows.append(row(f"{name}, N={n}", run(key, plan_name("branches", d, rest), "branches", m), b))
+            for key, (schedule, *variants), name in (
+                    (f"k_gpipe_{n}", ("gpipe",), "GPipe order K-shape"),
+                    (f"k_tessel_{n}", ("tessel",), "Tessel K-shape, spec costs"),
+                    (f"k_tessel_profiled_{n}", ("tessel", "profiled"), "Tessel K-shape, profiled costs"),
+                    (f"k_gpipe_blocking_{n}", ("gpipe", "blocking"), "GPipe order K-shape, blocking"),
+                    (f"k_tessel_profiled_blocking_{n}", ("tessel", "profiled", "blocking"),
+                     "Tessel K-shape, profiled costs, blocking")):
+                plan = plan_name(d, "branches", "kshape", schedule, n, *variants)
+                if plan.exists():
+                    rows.append(row(f"{name}, N={n}", run(key, plan, "branches", m), b))
         lines += [f"Two-branch inference {BRANCHES}", "", HEADER, *rows, ""]
     part = "" if only == {"gpt", "encdec", "branches"} else "_" + "-".join(sorted(only))
     write_results(args.out, f"gpu{d}{part}", res, "\n".join(lines))

@@ -1,8 +1,9 @@
 """One full server (D GPUs, 8 on the real thing): the searched plans against PyTorch's own
 pipeline schedules, and the data-parallel runtime, at any even device count D.
 
-Here (where the search runs):    python bench/gpu8.py --make-plans --devices D
+Here (where the search runs):    python bench/gpu8.py --make-plans --devices D [--only ...]  (-> bench/plans/gpu8/)
 On the GPU machine (torch only): PYTHONPATH=. python bench/gpu8.py --devices D [--out DIR] [--only ...]
+                                 (bench/plans carried)
 On CPUs (tiny sizes, gloo):      the same command; every row runs on gloo ranks with tiny models
 
 Row groups (``--only`` takes a comma-separated subset):
@@ -38,13 +39,14 @@ from pathlib import Path
 
 from gpu_common import (
     GPT,
-    PLANS,
     ROOT,
     arg_parser,
     costed,
     gpu_info,
     join_group,
     make_plan,
+    need_plans,
+    plan_path,
     record,
     sizes,
     smoke,
@@ -70,10 +72,11 @@ def chain_args(devices: int) -> dict:
     return (TINY_CHAIN if smoke() else CHAIN) | {"layers": 2 * devices}
 
 
-def plan_names(devices: int) -> dict[str, str]:
+def plan_names(devices: int) -> dict[str, Path]:
     layers, half = 2 * devices, devices // 2
-    return {"gpt": f"gpu8_gpt{devices}_l{layers}_n{N}_mshape.json", "zb": f"gpu8_zb{devices}_n{N}.json",
-            "train": f"gpu8_gpt{half}_l{layers}_n{N}_mshape.json"}
+    return {"gpt": plan_path("gpu8", "gpt", devices, "mshape", "tessel", N, f"l{layers}"),
+            "zb": plan_path("gpu8", "chain", devices, "zerobubble", "tessel", N),
+            "train": plan_path("gpu8", "gpt", half, "mshape", "tessel", N, f"l{layers}")}
 
 
 def gpt_spec(devices: int, layers: int):
@@ -86,18 +89,18 @@ def gpt_spec(devices: int, layers: int):
                   {"E": 1, "EB": 2, "H": 4, "HB": 7, "F": 2 * k, "B": 4 * k}, {"H": 1, "HB": -1}, capacity=8)
 
 
-def make_plans(devices: int) -> None:
+def make_plans(devices: int, only: set[str] | None = None) -> None:
     from tessel_dsl.errors import TesselError
     from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.plan import load_plan
 
     names = plan_names(devices)
-    zb = parse_file(ROOT / "specs" / "zerobubble.tsl", sets={"D": str(devices), "N": str(N)})
     refused = []
-    for spec, key in ((gpt_spec(devices, 2 * devices), "gpt"), (gpt_spec(devices // 2, 2 * devices), "train"),
-                      (zb, "zb")):
-        path = PLANS / names[key]
-        print(make_plan(spec, "tessel", N, path))
+    made = {"gpt": lambda: gpt_spec(devices, 2 * devices), "train": lambda: gpt_spec(devices // 2, 2 * devices),
+            "zb": lambda: parse_file(ROOT / "specs" / "zerobubble.tsl", sets={"D": str(devices), "N": str(N)})}
+    for key in (k for k in GROUPS if only is None or k in only):
+        path = names[key]
+        print(make_plan(made[key](), "tessel", N, path))
         # A plan the GPU side would refuse to load is found here, not in a lease.
         try:
             load_plan(path)
@@ -194,12 +197,13 @@ def _stage_module(model: str, full, s: int, stages: int):
 
 
 def _torch_rank(rank: int, world: int, port: int, model: str, kind: str, margs: dict, n: int, steps: int,
-                warmup: int, out: str) -> None:
+                warmup: int, out: str, trace: str | None = None) -> None:
     import inspect
 
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
+    from gpu_trace import maybe
     from torch.distributed import pipelining
 
     from tessel_dsl.executor.models import chain, gpt
@@ -241,8 +245,9 @@ def _torch_rank(rank: int, world: int, port: int, model: str, kind: str, margs: 
         losses: list = []
         args = (inputs,) if has_first else ()
         kw = {"target": target, "losses": losses, **extra} if has_last else {}
-        sched.step(*args, **kw)
-        sync()
+        with maybe(trace, rank, it, warmup - 1):  # the last warm-up iteration, when asked
+            sched.step(*args, **kw)
+            sync()
         if it == 0 and has_last:
             first_loss = sum(float(v.detach()) for v in losses) / n
         if it >= warmup:
@@ -259,7 +264,10 @@ def _torch_rank(rank: int, world: int, port: int, model: str, kind: str, margs: 
     dist.destroy_process_group()
 
 
-def torch_row(model: str, kind: str, devices: int, margs: dict, steps: int, warmup: int) -> dict:
+def torch_row(model: str, kind: str, devices: int, margs: dict, steps: int, warmup: int,
+              trace: str | None = None) -> dict:
+    """PyTorch's schedule `kind` on a plain split of the model; with `trace` (a folder), every rank
+    records its last warm-up iteration there (bench/gpu_trace.py)."""
     import tempfile
 
     import torch.multiprocessing as mp
@@ -269,7 +277,8 @@ def torch_row(model: str, kind: str, devices: int, margs: dict, steps: int, warm
     with tempfile.TemporaryDirectory() as tmp, PeakMemory() as mem:
         out = os.path.join(tmp, "r.json")
         t = time.time()
-        mp.spawn(_torch_rank, args=(devices, free_port(), model, kind, margs, N, steps, warmup, out), nprocs=devices)
+        mp.spawn(_torch_rank, args=(devices, free_port(), model, kind, margs, N, steps, warmup, out, trace),
+                 nprocs=devices)
         r = json.loads(Path(out).read_text())
     it = statistics.median(r["iterations"])
     return {"schedule": f"torch {TORCH[kind][0]}", "microbatches": N, "replicas": 1, "iterations": r["iterations"],
@@ -279,12 +288,18 @@ def torch_row(model: str, kind: str, devices: int, margs: dict, steps: int, warm
 
 # -- this executor -------------------------------------------------------------------------------
 
-def tessel_row(plan: str, model: str, margs: dict, replicas: int, steps: int, warmup: int) -> dict:
+def tessel_row(plan: Path, model: str, margs: dict, replicas: int, steps: int, warmup: int,
+               trace: str | None = None) -> dict:
+    """This executor on `plan`; with `trace` (a folder), every rank records its last warm-up
+    iteration there (bench/gpu_trace.py)."""
+    from gpu_trace import traced_model
+
     import tessel_dsl.executor as executor
 
     t = time.time()
+    model, margs = traced_model(model, margs, trace, warmup - 1)
     with PeakMemory() as mem:
-        rep = executor.run(PLANS / plan, model, backend="gloo" if smoke() else "nccl", steps=steps, warmup=warmup,
+        rep = executor.run(plan, model, backend="gloo" if smoke() else "nccl", steps=steps, warmup=warmup,
                            timeout=100, collect=True, model_args=margs, replicas=replicas)
     s = rep.summary()
     s.pop("timeline", None)
@@ -292,7 +307,7 @@ def tessel_row(plan: str, model: str, margs: dict, replicas: int, steps: int, wa
     return s
 
 
-def two_agents_row(plan: str, model: str, margs: dict, steps: int, warmup: int) -> dict:
+def two_agents_row(plan: Path, model: str, margs: dict, steps: int, warmup: int) -> dict:
     """The same data-parallel run as `tessel_row(..., replicas=2)`, started as two torchrun agents
     of D/2 ranks each (node ranks 0 and 1 on this host), each agent seeing only its own GPUs."""
     import torch
@@ -300,10 +315,10 @@ def two_agents_row(plan: str, model: str, margs: dict, steps: int, warmup: int) 
     from tessel_dsl.executor.launch import free_port
     from tessel_dsl.plan import load_plan
 
-    per = load_plan(PLANS / plan).spec.devices
+    per = load_plan(plan).spec.devices
     port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", str(per),
-           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "tessel_dsl.executor", str(PLANS / plan),
+           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "tessel_dsl.executor", str(plan),
            "--model", model, "--replicas", "2", "--steps", str(steps), "--warmup", str(warmup), "--timeout", "100",
            "--json"] + [a for k, v in margs.items() for a in ("--model-arg", f"{k}={v}")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
@@ -364,16 +379,14 @@ def main() -> None:
     d = args.devices
     if d < 2 or d % 2:
         raise SystemExit("--devices must be an even number of at least 2")
-    if args.make_plans:
-        make_plans(d)
-        return
     only = set(args.only.split(","))
     if only - set(GROUPS):
         raise SystemExit(f"--only takes {', '.join(GROUPS)}")
+    if args.make_plans:
+        make_plans(d, only)
+        return
     names = plan_names(d)
-    missing = [names[g] for g in only if not (PLANS / names[g]).exists()]
-    if missing:
-        raise SystemExit(f"no plan {', '.join(missing)}: run `python bench/gpu8.py --make-plans --devices {d}` first")
+    need_plans(*(names[g] for g in only), how=f"python bench/gpu8.py --make-plans --devices {d} --only {args.only}")
     os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
     res = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d"), "devices": d, "microbatches": N}
     print(res["gpu"], flush=True)

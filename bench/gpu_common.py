@@ -14,7 +14,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-PLANS = ROOT / "bench" / "plans"
+# Plans are generated, never committed: each script's make-plans step writes them, deterministically
+# from the specs and measured-cost files in the tree, into this ignored folder (TESSEL_BENCH_PLANS
+# moves it, as the tests do), one sub-folder per script; a GPU call carries the folder.
+PLANS = Path(os.environ.get("TESSEL_BENCH_PLANS") or ROOT / "bench" / "plans")
+
+
+def plan_path(script: str, model: str, devices: int, placement: str, schedule: str, n: int, *variants: str) -> Path:
+    """The one name a bench plan has: ``<script>/<model><D>_<placement>_<schedule>[_<variant>...]_n<N>.json``."""
+    tail = "".join(f"_{v}" for v in variants if v)
+    return PLANS / script / f"{model}{devices}_{placement}_{schedule}{tail}_n{n}.json"
+
+
+def need_plans(*paths: Path, how: str) -> None:
+    """Stop with the command that makes them when any of `paths` is missing."""
+    missing = [str(p.relative_to(PLANS)) for p in paths if not p.exists()]
+    if missing:
+        raise SystemExit(f"no plan {', '.join(missing)} in {PLANS}: make them first with `{how}` "
+                         f"(where the search runs) and carry {PLANS.relative_to(ROOT) if PLANS.is_relative_to(ROOT) else PLANS} "
+                         f"to the GPU machine")
 
 # An embedding-heavy GPT: a 256k vocabulary makes the embedding and LM head as large as the layers.
 GPT = {"vocab": 512000, "hidden": 4096, "heads": 32, "layers": 4, "seq": 2048, "batch": 1, "dtype": "bf16"}
@@ -55,6 +73,7 @@ def make_plan(spec, schedule: str, n: int, path: Path, blocking: bool = False, t
     else:
         sched, info = baselines.build(spec, schedule, n), SearchInfo(method=schedule)
     plan = Plan(spec, sched, lower(spec, sched, blocking=blocking), info, sched.peak_memory(spec))
+    path.parent.mkdir(parents=True, exist_ok=True)
     save_plan(plan, path)
     return {"plan": path.name, "schedule": schedule, "n": n, "makespan_units": sched.makespan(spec),
             "bubble": round(sched.bubble_rate(spec), 4), "seconds": round(time.time() - t, 2)}
@@ -231,7 +250,8 @@ def arg_parser(doc: str | None) -> argparse.ArgumentParser:
     """The options both GPU scripts take: ``--make-plans`` (here, where the search runs) and
     ``--out`` (where the result files go, default ``$OUT`` or the current folder)."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--make-plans", action="store_true", help="search and save the plans in bench/plans")
+    ap.add_argument("--make-plans", action="store_true", help="search and save the plans in bench/plans/<script>/ "
+                    "(ignored; generated here, carried to the GPU machine)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the .json and .md results")
     return ap
 

@@ -1,8 +1,8 @@
 """Training with `Pipeline` on GPUs: the searched M-shape plan vs PyTorch's Schedule1F1B, with data
 parallelism, on the embedding-heavy GPT of bench/gpu_common.py (512k vocabulary, bf16, AdamW).
 
-Here (where the search runs):    python bench/gpu_train.py --make-plans
-On the GPU machine (torch only): PYTHONPATH=. python bench/gpu_train.py [--out DIR]
+Here (where the search runs):    python bench/gpu_train.py --make-plans   (-> bench/plans/gpu_train/, ignored)
+On the GPU machine (torch only): PYTHONPATH=. python bench/gpu_train.py [--out DIR]   (bench/plans carried)
 On CPUs (tiny sizes, gloo):      python bench/gpu_train.py --steps 2 --warmup 1
 
 Rows, each a full training step (N micro-batches per replica, gradients averaged over the replicas
@@ -27,19 +27,34 @@ import sys
 import time
 from pathlib import Path
 
-from gpu_common import GPT, PLANS, arg_parser, costed, gpu_info, make_plan, sizes, smoke, v_split_stage
+from gpu_common import (
+    GPT,
+    arg_parser,
+    costed,
+    gpu_info,
+    make_plan,
+    need_plans,
+    plan_path,
+    sizes,
+    smoke,
+    v_split_stage,
+)
 
 N = 16
-PLAN = {2: "gpt2_n16_mshape_tessel.json", 4: "gpt4_n16_mshape_tessel.json"}
+PLAN = {d: plan_path("gpu_train", "gpt", d, "mshape", "tessel", N) for d in (2, 4)}
 
 
 def make_plans() -> None:
+    import gpu_run
+
     from tessel_dsl.executor.models import shapes
 
-    # As bench/gpu4.py costs the 4-GPU GPT (one layer per GPU), with 16 micro-batches.
+    # At 2 GPUs, bench/gpu_run.py's plan; at 4, as bench/gpu4.py costs the 4-GPU GPT (one layer per
+    # GPU), with 16 micro-batches.
+    print(make_plan(gpu_run.spec(), "tessel", N, PLAN[2]))
     spec = costed(shapes.mshape(4, head=True, microbatches=N),
                   {"E": 1, "EB": 2, "H": 4, "HB": 7, "F": 2, "B": 4}, {"H": 1, "HB": -1}, capacity=8)
-    print(make_plan(spec, "tessel", N, PLANS / PLAN[4]))
+    print(make_plan(spec, "tessel", N, PLAN[4]))
 
 
 # -- what every rank runs ---------------------------------------------------------------------
@@ -114,7 +129,7 @@ def tessel_rank(plan_file: str, replicas: int, steps: int, warmup: int) -> dict:
     from tessel_dsl.plan import load_plan
 
     device = _setup()
-    plan = load_plan(PLANS / plan_file)
+    plan = load_plan(plan_file)
     cfg, model = _model(device)
     tp = {"E": {"embed": RowwiseParallel(input_layouts=Replicate())},
           "H": {"head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)}}
@@ -201,6 +216,7 @@ def main() -> None:
     if args.make_plans:
         make_plans()
         return
+    need_plans(*PLAN.values(), how="python bench/gpu_train.py --make-plans")
     os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
     import torch
 

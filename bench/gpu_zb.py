@@ -9,6 +9,10 @@ solvers, the GPU machine has torch alone):
   here:  python bench/gpu_zb.py plans --costs FILE       search on them -> bench/plans/gpu_zb/
   there: PYTHONPATH=. python bench/gpu_zb.py run         the tables -> $OUT/gpu_zb.{md,json}
 
+bench/plans/ is ignored: the plans are made here and carried to the GPU machine with the call.
+``python bench/gpu_zb.py --make-plans`` (prepare, then plans on the committed profile
+``COSTS``) makes every plan of the last published run again, the same every time.
+
 ``python bench/gpu_zb.py all`` does the four in order where torch, CUDA and the search are all
 installed. With no CUDA, every step runs tiny models on gloo ranks (a check of the script).
 
@@ -24,6 +28,11 @@ ScheduleInterleavedZeroBubble (2D stages, looped), ScheduleZBVZeroBubble (2D sta
 Tessel's search on specs/zerobubble.tsl (a chain of D stages, backward split into input and
 weight gradients) and on its V placement (``C=2``: two chunks per GPU, ZB-V's placement); and
 the 1F1B baseline plan of the same chain with an unsplit backward, run by this executor.
+For gpt32k and gpt512k also `tessel plan`'s own choice: the profile step profiles the GPT unit by
+unit with `tessel plan`'s profiler, the plans step runs ``tessel plan --profile`` on that (D=4,
+the card's memory), and the run step trains the chosen plan with `Pipeline` (its binding and
+DTensor plans) in the same table. ``run --trace`` records one warm-up iteration of every row with
+torch.profiler (bench/gpu_trace.py) and adds what each trace shows.
 """
 from __future__ import annotations
 
@@ -35,7 +44,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import gpu8
-from gpu_common import GPT, PLANS, ROOT, TINY, gpu_info, record, smoke
+from gpu_common import GPT, PLANS, ROOT, TINY, gpu_info, need_plans, plan_path, record, smoke
 
 D, N = 4, gpu8.N
 OUT_DIR = PLANS / "gpu_zb"
@@ -52,7 +61,22 @@ KEYS = {
 }
 ROW_NAMES = {"zb1": "Tessel zero-bubble chain (searched)", "zb2": "Tessel V, two chunks per GPU (searched)",
              "vshape": "Tessel 1F1B baseline plan, unsplit backward", "mshape": "Tessel M-shape (searched)"}
-FROM_RUN_PLAN = f"gpu8_gpt{D}_l{2 * D}_n{N}_mshape.json"  # the M-shape run whose block times cost it
+# The M-shape on bench/gpu8.py's spec costs: a first run of it gives the 512k group its block times.
+FROM_RUN_PLAN = plan_path("gpu_zb", "gpt512k", D, "mshape", "tessel", N, "spec-costs")
+# The profile the published plans were searched on (bench/results/gpu_zb_h200x4_2026-11-27.md).
+COSTS = ROOT / "bench" / "results" / "gpu_zb_profile_h200x4_2026-11-27.json"
+# key -> (model, placement, schedule) in the plan's file name
+NAMES = {"chain_zb": ("chain", "zerobubble", "tessel"), "chain_zbv": ("chain", "zerobubble-v", "tessel"),
+         "chain_1f1b": ("chain", "vshape", "1f1b"), "gpt32k_zb": ("gpt32k", "zerobubble", "tessel"),
+         "gpt32k_zbv": ("gpt32k", "zerobubble-v", "tessel"), "gpt32k_1f1b": ("gpt32k", "vshape", "1f1b"),
+         "gpt512k_mshape": ("gpt512k", "mshape", "tessel"), "gpt32k_choice": ("gpt32k", "choice", "tessel"),
+         "gpt512k_choice": ("gpt512k", "choice", "tessel")}
+# `tessel plan`'s own choice of placement and schedule for the GPT groups: the model profiled unit by
+# unit on the GPU (tessel_dsl/placement/profile.py), the choice made here from that profile
+# (`tessel plan --profile`), the plan run by `Pipeline` with the binding and DTensor plans it wrote.
+CHOICES = {"gpt32k_choice": "gpt32k", "gpt512k_choice": "gpt512k"}
+# What `tessel plan` is told each GPU loses before training starts (CUDA context, NCCL buffers).
+RESERVE = "6GB"
 
 
 def margs(group: str) -> dict:
@@ -63,29 +87,37 @@ def margs(group: str) -> dict:
     return gpu8.gpt_args(D)
 
 
-def spec_file(key: str) -> Path:
-    return OUT_DIR / f"{key}.spec.json"
+def group_of(key: str) -> str:
+    return CHOICES.get(key) or KEYS[key][0]
 
 
 def plan_file(key: str) -> Path:
-    return OUT_DIR / f"{key}.json"
+    model, placement, schedule = NAMES[key]
+    return plan_path("gpu_zb", model, D, placement, schedule, N)
+
+
+def spec_file(key: str) -> Path:
+    return plan_file(key).with_suffix(".spec.json")
 
 
 # -- here: the specs to profile, and the plans searched on what was measured -----------------------
 
 def prepare() -> None:
+    from gpu_common import make_plan
+
     from tessel_dsl.executor.models import shapes
     from tessel_dsl.lang.parser import parse_file
-    from tessel_dsl.plan import load_plan, write_json_atomic
+    from tessel_dsl.plan import write_json_atomic
     from tessel_dsl.serialize import to_json
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     zb = {c: parse_file(ROOT / "specs" / "zerobubble.tsl", sets={"D": str(D), "N": str(N), "C": str(c)}) for c in (1, 2)}
-    made = {"zb1": zb[1], "zb2": zb[2], "vshape": shapes.vshape(D, microbatches=N),
-            "mshape": load_plan(PLANS / FROM_RUN_PLAN).spec}
+    mshape = gpu8.gpt_spec(D, 2 * D)
+    print(make_plan(mshape, "tessel", N, FROM_RUN_PLAN))
+    made = {"zb1": zb[1], "zb2": zb[2], "vshape": shapes.vshape(D, microbatches=N), "mshape": mshape}
     for key, (_, _, how, _) in KEYS.items():
         write_json_atomic(spec_file(key), to_json(made[how]))
-        print("wrote", spec_file(key).relative_to(ROOT))
+        print("wrote", spec_file(key))
 
 
 def load_spec(key: str):
@@ -144,7 +176,48 @@ def plans(costs: Path) -> None:
                     made[f"baseline_{base}_units"] = f"n/a ({str(e)[:60]})"
         print(key, json.dumps(made))
         info["plans"][key] = made
+    for key in CHOICES:
+        if key in prof:
+            info["plans"][key] = choose_plan(key, prof[key], prof.get("gpu", ""))
     write_json_atomic(OUT_DIR / "searched.json", info)
+
+
+_CHILD_CPU = [0.0]
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the subprocesses finished since the last call."""
+    r = os.times()
+    total = r.children_user + r.children_system
+    new, _CHILD_CPU[0] = total - _CHILD_CPU[0], total
+    return new
+
+
+def choose_plan(key: str, entry: dict, gpu: str) -> dict:
+    """`tessel plan --profile` on the units' profile measured on the GPU: the plan, its spec, its
+    binding beside `plan_file(key)`, and the candidates' table."""
+    import subprocess
+
+    from tessel_dsl.plan import write_json_atomic
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    prof = plan_file(key).with_suffix(".units.json")
+    write_json_atomic(prof, entry["units_profile"])
+    cmd = [sys.executable, "-m", "tessel_dsl.cli", "plan", "--profile", str(prof), "--devices", str(D),
+           "--memory", f"{entry['memory_bytes']}B", "--reserve", RESERVE, "--microbatches", str(N),
+           "-o", str(plan_file(key)), "--json"]
+    _children_cpu()
+    t = time.process_time()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    cpu = time.process_time() - t + _children_cpu()
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    got = json.loads(done.stdout[done.stdout.index("{"):])
+    got.update(command="tessel plan " + " ".join(cmd[4:]), device=gpu, search_cpu_s=round(cpu, 1),
+               source="units profiled alone on the GPU, placement and schedule chosen by `tessel plan`")
+    print(key, json.dumps({k: v for k, v in got.items() if k != "rows"}))
+    return got
 
 
 # -- there: measure the blocks ----------------------------------------------------------------------
@@ -162,10 +235,11 @@ def profile(out: str, only: set[str]) -> dict:
             continue
         t = time.time()
         if how == "mshape":
-            rep = executor.run(PLANS / FROM_RUN_PLAN, MODELS[model], backend="gloo" if smoke() else "nccl", steps=2,
+            need_plans(FROM_RUN_PLAN, how="python bench/gpu_zb.py prepare")
+            rep = executor.run(FROM_RUN_PLAN, MODELS[model], backend="gloo" if smoke() else "nccl", steps=2,
                                warmup=1, timeout=100, model_args=margs(group))
             s = rep.summary()
-            res[key] = {"block_seconds": s["block_seconds"], "device": res["gpu"], "plan": FROM_RUN_PLAN,
+            res[key] = {"block_seconds": s["block_seconds"], "device": res["gpu"], "plan": FROM_RUN_PLAN.name,
                         "iteration": s["measured"]["iteration"]}
         else:
             ms = measure(load_spec(key), MODELS[model], device=dev, repeats=10, warmup=3, model_args=margs(group))
@@ -173,11 +247,40 @@ def profile(out: str, only: set[str]) -> dict:
             torch.cuda.empty_cache() if dev != "cpu" else None
         res[key]["seconds"] = round(time.time() - t, 1)
         print(key, json.dumps(res[key]), flush=True)
+    for key, group in CHOICES.items():
+        if group not in only:
+            continue
+        t = time.time()
+        res[key] = profile_units(group, dev)
+        res[key]["seconds"] = round(time.time() - t, 1)
+        print(key, json.dumps(res[key]["units_profile"]["units"][:2]), flush=True)
+        with open(os.path.join(out, "gpu_zb_profile.json"), "w") as fh:
+            json.dump(res, fh, indent=1)
     res["split_check"] = split_check(res)
     print(res["split_check"])
     with open(os.path.join(out, "gpu_zb_profile.json"), "w") as fh:
         json.dump(res, fh, indent=1)
     return res
+
+
+def profile_units(group: str, dev: str) -> dict:
+    """The GPT of `group` profiled unit by unit (embedding, each layer, norm, head) with the code
+    `tessel plan` profiles a model with, on one micro-batch of its tokens."""
+    import torch
+
+    from tessel_dsl.executor.models.common import seeded
+    from tessel_dsl.executor.models.gpt import GPT as Model
+    from tessel_dsl.executor.models.gpt import Config
+    from tessel_dsl.placement.profile import profile_model
+
+    model = seeded(Model, Config.of(margs(group)), torch.device(dev))
+    tokens, _ = model.batch(0, torch.device(dev))
+    prof = profile_model(model, tokens, device=dev, repeats=10, warmup=3)
+    memory = torch.cuda.get_device_properties(0).total_memory if dev != "cpu" else 8 * 10**9
+    del model
+    if dev != "cpu":
+        torch.cuda.empty_cache()
+    return {"units_profile": prof.to_json(), "memory_bytes": memory}
 
 
 def split_check(res: dict) -> str:
@@ -199,24 +302,129 @@ def split_check(res: dict) -> str:
 
 # -- there: the tables ------------------------------------------------------------------------------
 
+def _loss(logits, labels):
+    import torch.nn.functional as F
+
+    # flatten, not reshape: a vocabulary-sharded DTensor (loss_parallel) keeps its last dimension
+    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+
+
+def _choice_rank(plan: str, margs: dict, steps: int, warmup: int, trace: str | None) -> dict:
+    """One rank of a `Pipeline` run of `tessel plan`'s choice: the binding and the DTensor plans
+    it wrote, the plan's N micro-batches per step, gradients zeroed between steps (as every row)."""
+    import torch
+    import torch.distributed as dist
+    from gpu_trace import maybe
+
+    from tessel_dsl.executor.models.common import seeded
+    from tessel_dsl.executor.models.gpt import GPT as Model
+    from tessel_dsl.executor.models.gpt import Config
+    from tessel_dsl.executor.pipeline import Pipeline
+    from tessel_dsl.placement.tp import tp_plans
+    from tessel_dsl.plan import load_plan
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    loaded = load_plan(plan)
+    blocks = json.loads(Path(plan).with_name(Path(plan).name.removesuffix(".json") + ".blocks.json").read_text())
+    cfg = Config.of(margs)
+    model = seeded(Model, cfg, device)
+    n = loaded.schedule.microbatches
+    mbs = [model.batch(mb, device) for mb in range(n)]
+    x, y = torch.cat([b[0] for b in mbs]), torch.cat([b[1] for b in mbs])
+    pipe = Pipeline(loaded, model, _loss, blocks=blocks, tp=tp_plans(loaded, blocks, model))
+    if cuda:
+        torch.cuda.empty_cache()
+    rank = dist.get_rank()
+    walls, timings, first = [], [], None
+    for it in range(warmup + steps):
+        for p in pipe.parameters():
+            p.grad = None
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        with maybe(trace, rank, it, warmup - 1):
+            loss = pipe.step(x, y)
+            if cuda:
+                torch.cuda.synchronize()
+        if it == 0:
+            first = loss
+        if it >= warmup:
+            walls.append(time.perf_counter() - t0)
+            timings.append(list(pipe.timings))
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else 0.0
+    return {"rank": rank, "device": torch.cuda.get_device_name(device) if cuda else "cpu", "steps": timings,
+            "walls": walls, "loss": first, "allocated_gib": round(peak, 2)}
+
+
+def choice_row(key: str, steps: int, warmup: int, trace: str | None = None) -> dict:
+    """`tessel plan`'s choice for the group of `key`, run by `Pipeline` on D local ranks; the same
+    summary as the executor's rows (iteration, measured and replayed wait, peak memory)."""
+    from tessel_dsl.executor.local_ranks import run_ranks
+    from tessel_dsl.executor.run_report import RankResult, RunReport
+    from tessel_dsl.plan import load_plan
+
+    plan = load_plan(plan_file(key))
+    t = time.time()
+    with gpu8.PeakMemory() as mem:
+        got = run_ranks(_choice_rank, D, str(plan_file(key)), margs(CHOICES[key]), steps, warmup, trace,
+                        timeout=300, threads=1)
+    ranks = [RankResult(rank=g["rank"], device=g["device"], steps=g["steps"]) for g in got]
+    s = RunReport.from_ranks(plan, ranks, "gloo" if smoke() else "nccl").summary()
+    s.update(loss=got[0]["loss"], replicas=1, peak_gib=mem.gib(D), allocated_gib=[g["allocated_gib"] for g in got],
+             step_wall_s=[max(w) for w in zip(*(g["walls"] for g in got))], wall_s=round(time.time() - t, 1),
+             runner="Pipeline")
+    return s
+
+
+def actions_per_rank(key: str) -> dict[int, int]:
+    from tessel_dsl.plan import load_plan
+
+    return {p.device: len(p.actions) for p in load_plan(plan_file(key)).programs}
+
+
 def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = True, tag: str = "",
-        torch_kinds: tuple[str, ...] | None = None, keys: set[str] | None = None) -> None:
+        torch_kinds: tuple[str, ...] | None = None, keys: set[str] | None = None, trace: bool = False,
+        budget: float | None = None) -> None:
+    """Every row of the groups in `only`, in one process (one machine, one table). With `trace`,
+    every row also records its last warm-up iteration (bench/gpu_trace.py): one gzipped trace per
+    row, packed per group into ``gpu_zb<tag>_traces_<group>.tar`` (few files come back from a
+    lease), and a table of what each trace shows. `budget` (seconds since the start) skips the
+    rows that would start after it, so a time-limited call still writes its tables."""
+    import tempfile
+
+    import gpu_trace
+
+    started = time.time()
     searched = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
     found = searched.get("plans", {})
-    missing = [k for k, v in KEYS.items() if v[0] in only and (keys is None or k in keys) and not plan_file(k).exists()]
-    if missing:
-        raise SystemExit(f"no plan for {', '.join(missing)}: run the profile and plans steps first")
+    wanted = [k for k in [*KEYS, *CHOICES] if group_of(k) in only and (keys is None or k in keys)]
+    need_plans(*(plan_file(k) for k in wanted), how=f"python bench/gpu_zb.py --make-plans (or prepare, profile there, "
+               f"plans --costs {COSTS.relative_to(ROOT)})")
     os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
     res = {"gpu": gpu_info(), "date": time.strftime("%Y-%m-%d"), "devices": D, "microbatches": N,
            "searched": searched}
     print(res["gpu"], flush=True)
     lines = [f"{D}-GPU runs on {res['gpu']}, {res['date']}; N={N} micro-batches; every Tessel plan searched on "
              f"block times measured on {searched.get('gpu', '?')} ({searched.get('profile', '?')})", ""]
+    trace_lines: list[str] = []
     kw = {"steps": steps, "warmup": warmup}
+    scratch = Path(tempfile.mkdtemp(prefix="gpu_zb_traces_"))
 
-    def one(key: str, fn) -> dict | None:
+    def one(key: str, fn, actions=None) -> dict | None:
+        if budget is not None and time.time() - started > budget:
+            res[key] = {"error": f"skipped: past the {budget:g} s budget"}
+            print(key, "SKIPPED", flush=True)
+            return None
+        folder = scratch / key if trace else None
         try:
-            s = record(res, key, fn())
+            s = fn(str(folder) if folder else None)
+            if folder:
+                s["trace"] = gpu_trace.collect(folder, scratch / f"{key}.trace.json.gz", actions and actions())
+            s = record(res, key, s)
         except Exception as e:  # noqa: BLE001 - reported in the table; the other rows still run
             res[key] = {"error": f"{type(e).__name__}: {e}"}
             print(key, "FAILED", res[key]["error"], flush=True)
@@ -225,30 +433,35 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
             json.dump(res, fh, indent=1)
         return s
 
-    for group in GROUPS:
-        if group not in only:
-            continue
+    for group in only if isinstance(only, list) else [g for g in GROUPS if g in only]:
         m, model = margs(group), ("chain" if group == "chain" else "gpt")
         kinds = (("1f1b",) if group == "gpt512k" else tuple(gpu8.TORCH)) if torch_rows else ()
         kinds = tuple(k for k in kinds if torch_kinds is None or k in torch_kinds)
+
         def torch_fn(k, m=m, model=model):
-            return lambda: gpu8.torch_row(model, k, D, m, **kw)
+            return lambda tr: gpu8.torch_row(model, k, D, m, trace=tr, **kw)
 
         def tessel_fn(key, m=m, model=model):
-            return lambda: gpu8.tessel_row(str(plan_file(key).relative_to(PLANS)), MODELS[model], m, 1, **kw)
+            return lambda tr: gpu8.tessel_row(plan_file(key), MODELS[model], m, 1, trace=tr, **kw)
 
-        rows = [(f"{group}_torch_{k}", f"{gpu8.TORCH[k][0]} (torch)", torch_fn(k)) for k in kinds]
-        rows += [(key, f"{ROW_NAMES[how]}, {found.get(key, {}).get('source', '?')}", tessel_fn(key))
+        rows = [(f"{group}_torch_{k}", f"{gpu8.TORCH[k][0]} (torch)", torch_fn(k), None) for k in kinds]
+        rows += [(key, f"{ROW_NAMES[how]}, {found.get(key, {}).get('source', '?')}", tessel_fn(key),
+                  lambda key=key: actions_per_rank(key))
                  for key, (g, _, how, _) in KEYS.items() if g == group and (keys is None or key in keys)]
+        rows += [(key, f"tessel plan's choice: {choice_name(found.get(key, {}))}, Pipeline",
+                  lambda tr, key=key: choice_row(key, trace=tr, **kw), lambda key=key: actions_per_rank(key))
+                 for key, g in CHOICES.items() if g == group and (keys is None or key in keys)]
         table, base, runs = [], None, []
-        for key, name, fn in rows:
-            s = one(key, fn)
+        for key, name, fn, actions in rows:
+            s = one(key, fn, actions)
             runs.append(s)
             if s is None:
                 table.append(f"| {name} | failed: {res[key]['error'][:120]} | | | | | |")
                 continue
             base = base or (s if "Schedule1F1B" in name else None)
             table.append(gpu8.line(name, s, base))
+            if s.get("trace"):
+                trace_lines += gpu_trace.lines(f"{group} {name.split(',')[0]}", s["trace"])
         lines += [f"{group} {m}, {D} pipeline ranks", "", gpu8.HEADER, *table, ""]
         losses = [s["loss"] for s in runs if s and s.get("loss") is not None]
         tol = 1e-5 if smoke() else 2e-2
@@ -256,6 +469,10 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
             lines += [f"CHECK FAILED: {group}: first-iteration losses differ: {losses}", ""]
         elif losses:
             lines += [f"check: {group}: first-iteration losses agree within {tol:g} relative", ""]
+        pack(scratch, out, f"gpu_zb{tag}_traces_{group}", f"{group}_*.trace.json.gz")
+    if trace_lines:
+        lines += ["Traces: one warm-up iteration per row, every rank (bench/gpu_trace.py)", "", gpu_trace.HEADER,
+                  *trace_lines, ""]
     from gpu_common import write_results
 
     from tessel_dsl.executor.comm import recv_post_mode
@@ -266,17 +483,44 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
     lines.insert(1, f"TESSEL_P2P_MAX_CTAS={res['p2p_max_ctas']} (thread blocks of each point-to-point link; 0: NCCL's "
                     f"choice), TESSEL_RECV_POST={res['recv_post']} (when receives are posted)")
     write_results(out, f"gpu_zb{tag}", res, "\n".join(lines))
+    os.remove(os.path.join(out, f"gpu_zb{tag}_partial.json"))  # the whole is written: few files come back
     if any("CHECK FAILED" in x for x in lines) or any("error" in v for v in res.values() if isinstance(v, dict)):
         sys.exit(1)
+
+
+def pack(scratch: Path, out: str, stem: str, pattern: str, limit: int = 15 * 2**20) -> None:
+    """The traces matching `pattern` into ``stem.tar`` (``stem_2.tar``... past `limit` bytes: a
+    lease brings back files of at most 16 MiB)."""
+    import tarfile
+
+    part, size, tar = 1, 0, None
+    for f in sorted(scratch.glob(pattern)):
+        if tar is None or (size and size + f.stat().st_size > limit):
+            if tar:
+                tar.close()
+                part += 1
+            tar = tarfile.open(os.path.join(out, f"{stem}{'' if part == 1 else f'_{part}'}.tar"), "w")
+            size = 0
+        tar.add(f, arcname=f.name)
+        size += f.stat().st_size
+        f.unlink()
+    if tar:
+        tar.close()
+
+
+def choice_name(made: dict) -> str:
+    c = made.get("chosen")
+    return f"{c['candidate']} / {c['schedule']}" if c else "?"
 
 
 def main() -> None:
     from gpu_common import arg_parser
 
     ap = arg_parser(__doc__)
-    ap.add_argument("step", choices=("prepare", "profile", "plans", "run", "all"))
+    ap.add_argument("step", nargs="?", choices=("prepare", "profile", "plans", "run", "all"))
     ap.add_argument("--costs", type=Path, help="plans: the profile JSON written by the profile step")
-    ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS))
+    ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS)
+                    + " (run: in this order)")
     ap.add_argument("--steps", type=int, default=3, help="measured iterations per row")
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured iterations first")
     ap.add_argument("--no-torch", action="store_true", help="run: only the Tessel rows")
@@ -284,12 +528,21 @@ def main() -> None:
     ap.add_argument("--torch", default="", help="run: comma-separated subset of PyTorch's schedules "
                     f"({','.join(gpu8.TORCH)}; default all)")
     ap.add_argument("--keys", default="", help="run: comma-separated subset of the Tessel rows "
-                    f"({','.join(KEYS)}; default all of the groups)")
+                    f"({','.join([*KEYS, *CHOICES])}; default all of the groups)")
+    ap.add_argument("--trace", action="store_true", help="run: record one warm-up iteration of every row with "
+                    "torch.profiler (bench/gpu_trace.py)")
+    ap.add_argument("--budget", type=float, help="run: seconds after which no further row starts")
     args = ap.parse_args()
-    only = set(args.only.split(","))
-    if only - set(GROUPS):
+    only = list(dict.fromkeys(args.only.split(",")))  # run: the groups in this order
+    if set(only) - set(GROUPS):
         raise SystemExit(f"--only takes {', '.join(GROUPS)}")
     os.makedirs(args.out, exist_ok=True)
+    if args.make_plans:  # every plan of the published run, from the committed profile
+        prepare()
+        plans(args.costs or COSTS)
+        return
+    if args.step is None:
+        raise SystemExit("give a step (prepare, profile, plans, run, all) or --make-plans")
     if args.step in ("prepare", "all"):
         prepare()
     if args.step in ("profile", "all"):
@@ -299,7 +552,8 @@ def main() -> None:
         plans(costs)
     if args.step in ("run", "all"):
         run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag,
-            tuple(args.torch.split(",")) if args.torch else None, set(args.keys.split(",")) if args.keys else None)
+            tuple(args.torch.split(",")) if args.torch else None, set(args.keys.split(",")) if args.keys else None,
+            args.trace, args.budget)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The GPU benchmark scripts keep working: without CUDA they run their whole flow on tiny models
-over gloo CPU ranks (`gpu_common.smoke`), which is what this checks."""
+over gloo CPU ranks (`gpu_common.smoke`), which is what this checks. Every test makes the plans it
+needs in its own folder (TESSEL_BENCH_PLANS): bench/plans is generated, not part of the tree."""
 from __future__ import annotations
 
 import json
@@ -19,11 +20,19 @@ torch = pytest.importorskip("torch")
 def test_gpu4_two_branch_rows_run_and_record_block_times(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("on a GPU machine this would be the real, long benchmark")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "gpu4.py", "--devices", "2", "--only", "branches", "--n-infer", "1",
-                          "--out", str(tmp_path)], cwd=ROOT / "bench", env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TESSEL_BENCH_PLANS=str(tmp_path / "plans"))
+    # Hand-set block times stand in for a GPU run's (the profiled K-shape's costs).
+    (tmp_path / "run.json").write_text(json.dumps({"k_gpipe_32": {"block_seconds": {"F0": 0.002, "F1": 0.003,
+                                                                                      "J": 0.004}}}))
+    base = [sys.executable, "gpu4.py", "--devices", "2", "--only", "branches", "--n-infer", "1"]
+    for extra in (["--make-plans"], ["--make-plans", "--profiled", str(tmp_path / "run.json")],
+                  ["--out", str(tmp_path)]):
+        out = subprocess.run(base + extra, cwd=ROOT / "bench", env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "plans" / "gpu4").iterdir()) == [
+        "branches2_kshape_gpipe_blocking_n1.json", "branches2_kshape_gpipe_n1.json",
+        "branches2_kshape_tessel_n1.json", "branches2_kshape_tessel_profiled_blocking_n1.json",
+        "branches2_kshape_tessel_profiled_n1.json", "chain2_vshape_1f1b_infer_n1.json"]
     table = (tmp_path / "gpu2_branches.md").read_text()
     for name in ("1F1B V split, N=1", "GPipe order K-shape, N=1", "Tessel K-shape, spec costs, N=1",
                  "Tessel K-shape, profiled costs, N=1", "GPipe order K-shape, blocking, N=1"):
@@ -40,11 +49,11 @@ def test_gpu8_data_parallel_rows_agree_under_one_launcher_and_two_torchrun_agent
     give the same first-iteration loss, and each row carries its measured and replayed wait."""
     if torch.cuda.is_available():
         pytest.skip("on a GPU machine this would be the real, long benchmark")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "gpu8.py", "--devices", "4", "--only", "train", "--steps", "1",
-                          "--warmup", "0", "--out", str(tmp_path)], cwd=ROOT / "bench", env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TESSEL_BENCH_PLANS=str(tmp_path / "plans"))
+    for extra in (["--make-plans"], ["--steps", "1", "--warmup", "0", "--out", str(tmp_path)]):
+        out = subprocess.run([sys.executable, "gpu8.py", "--devices", "4", "--only", "train", *extra], cwd=ROOT / "bench",
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     table = (tmp_path / "gpu8_d4_train.md").read_text()
     assert "| one launcher, 2 x 2 |" in table and "| two torchrun agents of 2 GPUs, 2 x 2 |" in table
     runs = json.loads((tmp_path / "gpu8_d4_train.json").read_text())
@@ -63,3 +72,28 @@ def test_gpu8_data_parallel_rows_agree_under_one_launcher_and_two_torchrun_agent
     assert one["loss"] == pytest.approx(ref, rel=1e-5) and two["loss"] == pytest.approx(ref, rel=1e-5)
     for s in (one, two):
         assert len(s["wait_share_measured"]) == len(s["wait_share_simulated"]) == 2
+
+
+def test_trace_summary_counts_kernels_host_gaps_and_syncs_of_the_marked_iteration():
+    """bench/gpu_trace.py on a hand-made trace (microseconds): compute kernels 10-40 and 30-45 and
+    50-60 (45 busy), an NCCL kernel 60-90, a kernel before the mark that must not count, host
+    operators 0-20 and 30-50 and a sync 80-95 on the main thread (45 uncovered of 100)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_trace
+
+    main = {"pid": 1, "tid": 1}
+    ev = [{"ph": "X", "cat": "user_annotation", "name": gpu_trace.MARK, "ts": 0, "dur": 100, **main},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 20, **main},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 30, "dur": 20, **main},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaMalloc", "ts": 5, "dur": 1, **main},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 80, "dur": 15, **main},
+          {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 10, "dur": 30, "pid": 0, "tid": 7},
+          {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 30, "dur": 15, "pid": 0, "tid": 7},
+          {"ph": "X", "cat": "kernel", "name": "elementwise", "ts": 50, "dur": 10, "pid": 0, "tid": 7},
+          {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "ts": 60, "dur": 30, "pid": 0, "tid": 9},
+          {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce", "ts": -50, "dur": 10, "pid": 0, "tid": 9}]
+    s = gpu_trace.summarize(ev, actions=3)
+    assert s["busy_ms"] == pytest.approx(0.045) and s["idle_ms"] == pytest.approx(0.055)
+    assert s["comm_ms"] == pytest.approx(0.030) and s["kernels"] == 4
+    assert s["host_gap_ms"] == pytest.approx(0.045) and s["host_gap_us_per_action"] == pytest.approx(15.0)
+    assert (s["syncs"], s["sync_ms"], s["allocs"]) == (1, pytest.approx(0.015), 1)
