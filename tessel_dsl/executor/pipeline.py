@@ -289,9 +289,10 @@ class Pipeline:
         self._sum_tied_grads()
         self._reduce_grads()
         owner = min(self.plan.spec.block(self.binding.sink).devices) == self.pp_rank
-        if owner:
-            losses = torch.stack([result.losses[mb].double().reshape(()) for mb in range(self.n)])
-            part = (losses * weights).sum() / self._total_weight if weights is not None \
+        if owner and result.losses:
+            mbs = sorted(result.losses)
+            losses = torch.stack([result.losses[mb].double().reshape(()) for mb in mbs])
+            part = (losses * torch.stack([weights[mb] for mb in mbs])).sum() / self._total_weight if weights is not None \
                 else losses.sum() / (self.n * self.replicas)
         else:
             part = torch.zeros((), dtype=torch.float64, device=self.device)
