@@ -12,8 +12,9 @@ Run one process per rank (``torchrun``, or `tessel_dsl.executor.local_ranks.run_
 ranks for a D-device plan, ranks form a 2-D DeviceMesh ``("dp", "pp")``: replica k runs the plan on
 ranks ``k*D .. k*D+D-1``, and after each step every parameter's gradient is averaged over the
 replicas that hold it. Every rank of a replica must be given the same batch (each replica its own;
-checked every step, without waiting for the GPU: `_same_layout`, `_same_contents`). A parameter used by blocks on several ranks (tied weights) is held by each
-and its gradient parts are summed over them first (`ties.py`).
+checked every step without waiting for the GPU: `_same_layout`, `_contents_differ`). A parameter
+used by blocks on several ranks (tied weights) is held by each and its gradient parts are summed
+over them first (`ties.py`).
 
 The step runs exactly the plan's program of this rank with `RankRunner`: the loss block's backward
 is seeded with 1/N, so the gradients equal those of the mean loss over the N micro-batches, as one
@@ -289,15 +290,17 @@ class Pipeline:
         self._sum_tied_grads()
         self._reduce_grads()
         owner = min(self.plan.spec.block(self.binding.sink).devices) == self.pp_rank
+        part = torch.zeros((), dtype=torch.float64, device=self.device)
+        bad_weight = torch.zeros((), dtype=torch.bool, device=self.device)
         if owner and result.losses:
             mbs = sorted(result.losses)
             losses = torch.stack([result.losses[mb].double().reshape(()) for mb in mbs])
-            part = (losses * torch.stack([weights[mb] for mb in mbs])).sum() / self._total_weight if weights is not None \
-                else losses.sum() / (self.n * self.replicas)
-        else:
-            part = torch.zeros((), dtype=torch.float64, device=self.device)
-        bad_weight = (self._total_weight <= 0) if weights is not None else torch.zeros((), dtype=torch.bool,
-                                                                                            device=self.device)
+            if weights is None:
+                part = losses.sum() / (self.n * self.replicas)
+            else:  # weights by integer index: a list index would copy host data to the device
+                part = (losses * torch.stack([weights[mb] for mb in mbs])).sum() / self._total_weight
+        if weights is not None:
+            bad_weight = self._total_weight <= 0
         # Summed over the world: the loss (each replica's owner adds its share), and how many
         # ranks saw their pipeline given different batches or a weightless batch.
         total = torch.stack([part, self._contents_differ().double(), bad_weight.double()])
