@@ -12,8 +12,9 @@ Run one process per rank (``torchrun``, or `tessel_dsl.executor.local_ranks.run_
 ranks for a D-device plan, ranks form a 2-D DeviceMesh ``("dp", "pp")``: replica k runs the plan on
 ranks ``k*D .. k*D+D-1``, and after each step every parameter's gradient is averaged over the
 replicas that hold it. Every rank of a replica must be given the same batch (each replica its own;
-checked every step). A parameter used by blocks on several ranks (tied weights) is held by each
-and its gradient parts are summed over them first (`ties.py`).
+checked every step without waiting for the GPU: `_same_layout`, `_contents_differ`). A parameter
+used by blocks on several ranks (tied weights) is held by each and its gradient parts are summed
+over them first (`ties.py`).
 
 The step runs exactly the plan's program of this rank with `RankRunner`: the loss block's backward
 is seeded with 1/N, so the gradients equal those of the mean loss over the N micro-batches, as one
@@ -42,7 +43,8 @@ from tessel_dsl.executor.meta_init import materialise
 from tessel_dsl.executor.model_api import TensorMeta, forward_succs
 from tessel_dsl.executor.preflight import (
     as_pair,
-    batch_hash,
+    batch_contents,
+    batch_layout,
     check_batch,
     check_pipeline,
     check_setup,
@@ -97,9 +99,11 @@ class Pipeline:
         self._parallelize(here)
         self.stage = _Stage(self, here)
         self._tie_groups()
+        self._host_group(timeout)
         self._traces: dict[Any, Trace] = {}
         self.trace: Trace | None = None
         self.iteration = 0
+        self._last = None
         self._make_runner(timeout)
 
     # -- setting up -------------------------------------------------------------------------
@@ -194,6 +198,20 @@ class Pipeline:
                 if self.rank in ranks:
                     self.tie_groups[devs] = group
 
+    def _host_group(self, timeout: float) -> None:
+        """A group of this replica's pipeline ranks that exchanges host tensors (the batch's
+        layout, `_same_layout`) without touching the GPU: the pipeline's own group where it is
+        gloo, else a gloo group of the same ranks, created by every rank for every replica in
+        one order (`new_group` is collective over the world)."""
+        if self.device.type == "cpu":
+            self.host_group = self.mesh.get_group("pp")
+            return
+        for k in range(self.replicas):
+            ranks = [int(r) for r in self.mesh.mesh[k].tolist()]
+            group = dist.new_group(ranks, timeout=datetime.timedelta(seconds=timeout), backend="gloo")
+            if k == self.replica:
+                self.host_group = group
+
     def _make_runner(self, timeout: float) -> None:
         from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
         from tessel_dsl.executor.runtime import RankRunner
@@ -254,7 +272,10 @@ class Pipeline:
     def step(self, inputs, target=None) -> float:
         """One training step over the plan's N micro-batches of `inputs` and `target` (or of one
         ``(inputs, target)`` pair); returns the mean loss (over micro-batches and replicas) on
-        every rank. Gradients accumulate into ``.grad``; the optimizer step is yours."""
+        every rank. Gradients accumulate into ``.grad``; the optimizer step is yours.
+
+        The host waits for the GPU once, at the end, to read the loss: the micro-batch losses
+        stay on the device and are summed there, together with the batch check's verdict."""
         if not self.train:
             raise ExecutionError("this plan is for inference: use forward(inputs)")
         inputs, target = as_pair(inputs, target)
@@ -263,40 +284,64 @@ class Pipeline:
             self._prime()
         weights = self._weights()
         with self._loss_parallel():
-            result = self.runner.step(self.iteration, collect=True)
-        self.timings = result.timings
-        self.iteration += 1
+            result = self.runner.step(self.iteration, collect=True, wait=False)
+        self._last = result
+        step, self.iteration = self.iteration, self.iteration + 1
         self._sum_tied_grads()
         self._reduce_grads()
-        sink = self.binding.sink
-        owner = min(self.plan.spec.block(sink).devices) == self.pp_rank
-        w = weights or [1.0] * self.n
-        total = torch.tensor([sum(v * w[mb] for mb, v in result.losses.items()) if owner else 0.0],
-                             dtype=torch.float64, device=self.device)
+        owner = min(self.plan.spec.block(self.binding.sink).devices) == self.pp_rank
+        part = torch.zeros((), dtype=torch.float64, device=self.device)
+        bad_weight = torch.zeros((), dtype=torch.bool, device=self.device)
+        if owner and result.losses:
+            mbs = sorted(result.losses)
+            losses = torch.stack([result.losses[mb].double().reshape(()) for mb in mbs])
+            if weights is None:
+                part = losses.sum() / (self.n * self.replicas)
+            else:  # weights by integer index: a list index would copy host data to the device
+                part = (losses * torch.stack([weights[mb] for mb in mbs])).sum() / self._total_weight
+        if weights is not None:
+            bad_weight = self._total_weight <= 0
+        # Summed over the world: the loss (each replica's owner adds its share), and how many
+        # ranks saw their pipeline given different batches or a weightless batch.
+        total = torch.stack([part, self._contents_differ().double(), bad_weight.double()])
         dist.all_reduce(total)
-        return float(total) / (self._total_weight if weights else self.n * self.replicas)
+        loss, differ, weightless = total.tolist()  # the step's one wait for the GPU
+        if differ:
+            self._refuse_contents(step)
+        if weightless:
+            raise ExecutionError(f"step {step}: loss_weight gave the batch a total weight of "
+                                 f"{float(self._total_weight):g}; it must be positive")
+        return loss
 
-    def _weights(self) -> list[float] | None:
-        """With `loss_weight`, each micro-batch's weight (from its target), and the loss seeds that
-        make the gradients those of the weighted mean over every micro-batch of every replica:
-        w_mb * R / W, R replicas and W the weights' sum over all of them (the replicas' gradients
-        are then averaged). Without, None: the loss is the mean of the micro-batch means."""
+    @property
+    def timings(self) -> list[tuple[str, float, float]]:
+        """This rank's actions in the last step or forward: (action, start, end), seconds from
+        its start (read from CUDA events when first asked, which waits for the GPU)."""
+        return self._last.timings if self._last is not None else []
+
+    def _weights(self) -> torch.Tensor | None:
+        """With `loss_weight`, each micro-batch's weight (from its target) as a float64 vector on
+        the device, and the loss seeds that make the gradients those of the weighted mean over
+        every micro-batch of every replica: w_mb * R / W, R replicas and W the weights' sum over
+        all of them (the replicas' gradients are then averaged); W is kept in `_total_weight`,
+        and checked with the loss (`step`). Without, None: the loss is the mean of the
+        micro-batch means. Nothing here reads a tensor on the host."""
         if self.loss_weight is None:
             self.runner.seeds = None
             return None
-        w = []
-        for mb in range(self.n):
-            v = self.loss_weight(*self.mbs[mb][2])
-            w.append(float(v.detach().double().sum()) if isinstance(v, torch.Tensor) else float(v))
-        total = torch.tensor([sum(w)], dtype=torch.float64, device=self.device)
+        w = torch.stack([self._weight(self.loss_weight(*self.mbs[mb][2])) for mb in range(self.n)])
+        total = w.sum()
         if self.dp_group is not None:
             dist.all_reduce(total, group=self.dp_group)
-        self._total_weight = float(total)
-        if self._total_weight <= 0:
-            raise ExecutionError(f"step {self.iteration}: loss_weight gave the batch a total weight of "
-                                 f"{self._total_weight:g}; it must be positive")
-        self.runner.seeds = [v * self.replicas / self._total_weight for v in w]
+        self._total_weight = total
+        self.runner.seeds = list((w * self.replicas / total).unbind())
         return w
+
+    def _weight(self, v) -> torch.Tensor:
+        """One micro-batch's weight as a float64 0-dim tensor on this rank's device."""
+        if isinstance(v, torch.Tensor):
+            return v.detach().to(self.device, torch.float64, non_blocking=True).sum()
+        return torch.full((), float(v), dtype=torch.float64, device=self.device)
 
     def _loss_parallel(self):
         """With tensor-parallel blocks, a loss over vocabulary-sharded logits (DTensor) is
@@ -319,8 +364,10 @@ class Pipeline:
         if not self._primed:
             self._prime()
         result = self.runner.step(self.iteration, collect=True)
-        self.timings = result.timings
-        self.iteration += 1
+        self._last = result
+        step, self.iteration = self.iteration, self.iteration + 1
+        if self._contents_differ().item():
+            self._refuse_contents(step)
         sink = self.binding.sink
         if self.pp_rank not in self.plan.spec.block(sink).devices:
             return None
@@ -337,7 +384,7 @@ class Pipeline:
         rank 0; all ranks call it. Each rank's times count from its own start of the step."""
         from tessel_dsl.executor.trace import write_trace
 
-        mine = [(self.pp_rank, a, s, e) for a, s, e in getattr(self, "timings", [])] if self.replica == 0 else []
+        mine = [(self.pp_rank, a, s, e) for a, s, e in self.timings] if self.replica == 0 else []
         every = [None] * dist.get_world_size()
         dist.all_gather_object(every, mine)
         if self.rank == 0:
@@ -348,8 +395,11 @@ class Pipeline:
     def _prepare(self, inputs, target: tuple) -> None:
         """Split the batch into micro-batches (checked before anything runs) and trace its shape."""
         leaves, spec = split_batch(inputs, target, self.n)
-        leaves = [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in leaves]
-        self._same_batch(leaves)
+        self._same_layout(leaves)
+        # Not blocking: a copy from host memory would otherwise wait for all the GPU's queued
+        # work; the step's end waits for the GPU before the caller can reuse the batch.
+        leaves = [x.to(self.device, non_blocking=True) if isinstance(x, torch.Tensor) else x for x in leaves]
+        self._contents = batch_contents(leaves)
         chunks = [x.chunk(self.n) if isinstance(x, torch.Tensor) else [x] * self.n for x in leaves]
         self.mbs = [pytree.tree_unflatten([c[mb] for c in chunks], spec) for mb in range(self.n)]
         key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else repr(x)
@@ -359,23 +409,53 @@ class Pipeline:
             self._traces[key] = self.binding.trace(a, k, self.loss_fn, t, self.device)
         self.trace = self._traces[key]
 
-    def _same_batch(self, leaves: list) -> None:
-        """Every rank of this pipeline was given the same batch: a fingerprint of it (`batch_hash`)
-        gathered over the pipeline's ranks, once per step. A per-rank sampler would otherwise feed
-        each block other micro-batches than its neighbours' and train wrong without an error."""
-        mine = batch_hash(leaves).to(self.device)
-        every = torch.empty(self.devices * mine.numel(), dtype=mine.dtype, device=self.device)
+    # Every rank of this pipeline must be given the same batch: a per-rank sampler would
+    # otherwise feed each block other micro-batches than its neighbours' and train wrong without
+    # an error. The batch's fingerprint has two parts, checked where each costs no wait for the
+    # GPU: its layout (shapes, dtypes, other leaves: host data) before any block runs, since
+    # ranks that disagree on it would exchange messages of other sizes; its contents (summed on
+    # the device) at the end of the step, read with the loss.
+
+    def _same_layout(self, leaves: list) -> None:
+        """The batch's layout (`batch_layout`) agrees over the pipeline's ranks: its max and the
+        max of its complement, all-reduced over the host group, give the max and the min."""
+        key = batch_layout(leaves)
+        both = _host_max([key, ~key], self.host_group)
+        if both[0] != ~both[1]:
+            every = [None] * self.devices
+            dist.all_gather_object(every, key, group=self.host_group)
+            self._refuse(self.iteration, every)
+
+    def _contents_differ(self) -> torch.Tensor:
+        """Whether the batch's contents (`batch_contents`) differ over the pipeline's ranks: a
+        bool on the device, as `_same_layout` compares the layout."""
+        c = self._contents
+        both = torch.stack([c, ~c])
+        dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self.mesh.get_group("pp"))
+        return both[0] != ~both[1]
+
+    def _refuse_contents(self, step: int) -> None:
+        """After `_contents_differ` (summed over the world) found ranks given different batches:
+        every rank stops, naming the ranks of its pipeline (a pipeline whose ranks agree names
+        the other)."""
+        every = torch.empty(self.devices, dtype=torch.int64, device=self.device)
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
-        gather(every, mine, group=self.mesh.get_group("pp"))
-        kinds: dict[tuple, list[int]] = {}
-        for d, h in enumerate(every.view(self.devices, -1).tolist()):
-            kinds.setdefault(tuple(h), []).append(self.ranks[d])
+        gather(every, self._contents.reshape(1), group=self.mesh.get_group("pp"))
+        self._refuse(step, every.tolist())
+        raise ExecutionError(f"step {step}: the ranks of another pipeline than this one (replica {self.replica}) "
+                             f"were given different batches; its ranks name them")
+
+    def _refuse(self, step: int, fingerprints: list) -> None:
+        """Raise naming which of this pipeline's ranks got which batch, if they differ."""
+        kinds: dict[Any, list[int]] = {}
+        for d, h in enumerate(fingerprints):
+            kinds.setdefault(h, []).append(self.ranks[d])
         if len(kinds) > 1:
             parts = [f"rank{'s' * (len(r) > 1)} {', '.join(map(str, r))} got {'another' if i else 'one'}"
                      for i, r in enumerate(kinds.values())]
             groups = ", ".join(parts)
             raise ExecutionError(
-                f"step {self.iteration}: the ranks of one pipeline (replica {self.replica}, ranks "
+                f"step {step}: the ranks of one pipeline (replica {self.replica}, ranks "
                 f"{list(self.ranks)}) were given different batches: {groups}. Every rank of a pipeline "
                 f"must be given the same batch (each replica its own): draw it by replica (pipe.replica), "
                 f"not by rank")
@@ -492,6 +572,13 @@ class _BlockModule(nn.Module):
         out = pipe.binding.run_block(self.block, pipe.trace, tuple(received), args, kwargs,
                                      pipe.loss_fn if last else None, target)
         return out
+
+
+def _host_max(values: list[int], group) -> list[int]:
+    """The element-wise max of `values` over `group`, exchanged as a host tensor (gloo)."""
+    t = torch.tensor(values, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.tolist()
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

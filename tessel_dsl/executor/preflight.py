@@ -173,25 +173,34 @@ def _check_tp_ties(tp: dict[str, dict[str, Any]], ties) -> None:
 
 
 def batch_hash(leaves: list) -> torch.Tensor:
-    """Two int64 numbers identifying a batch exactly, computed where it lies: every tensor's
-    bits (viewed as integers) summed with position-dependent odd weights, and its shape and
-    dtype with the other leaves' text. Integer sums wrap and are exact, so equal batches give
-    equal numbers on any device and a changed element changes the first."""
+    """Two int64 numbers identifying a batch exactly: `batch_contents` and `batch_layout`."""
+    acc = batch_contents(leaves)
+    return torch.stack([acc, torch.tensor(batch_layout(leaves), dtype=torch.int64, device=acc.device)])
+
+
+def batch_layout(leaves: list) -> int:
+    """The batch's shapes and dtypes with the other leaves' text, as one number (CRC-32): host
+    data, compared before any block runs since ranks that disagree on it exchange messages of
+    other sizes."""
     import zlib
 
+    text = [f"{tuple(x.shape)}{x.dtype}" if isinstance(x, torch.Tensor) else repr(x) for x in leaves]
+    return zlib.crc32("|".join(text).encode())
+
+
+def batch_contents(leaves: list) -> torch.Tensor:
+    """Every tensor's bits (viewed as integers) summed with position-dependent odd weights, as
+    an int64 computed where the batch lies (no copy to the host). Integer sums wrap and are
+    exact, so equal batches give equal numbers on any device and a changed element changes it."""
     acc = torch.zeros((), dtype=torch.int64, device=next((x.device for x in leaves if isinstance(x, torch.Tensor)),
                                                           torch.device("cpu")))
-    text = []
     for k, x in enumerate(leaves):
         if not isinstance(x, torch.Tensor):
-            text.append(repr(x))
             continue
-        text.append(f"{tuple(x.shape)}{x.dtype}")
         bits = _as_ints(x.detach().contiguous().reshape(-1))
         weights = torch.arange(bits.numel(), dtype=torch.int64, device=bits.device) * 0x9E3779B97F4A7C1 + 2 * k + 1
         acc = acc + (bits * (weights | 1)).sum()
-    shape = zlib.crc32("|".join(text).encode())
-    return torch.stack([acc, torch.tensor(shape, dtype=torch.int64, device=acc.device)])
+    return acc
 
 
 def _as_ints(x: torch.Tensor) -> torch.Tensor:

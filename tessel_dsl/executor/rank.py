@@ -182,7 +182,8 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
             if dp is not None:
                 _average_grads(stage, dp, opts.replicas)
             if first:
-                res.losses, res.outputs = step.losses, step.outputs
+                res.losses = {mb: float(v) for mb, v in step.losses.items()}
+                res.outputs = step.outputs
                 if opts.grads:
                     res.grads = [(s.name, s.dim, s.start, None if s.param.grad is None else _grad_shard(s.param).detach().cpu())
                                  for s in stage.param_shards()]

@@ -30,11 +30,26 @@ Key = tuple[str, int]
 @dataclass
 class StepResult:
     """What one rank saw in one iteration: action timings (seconds from the step start) and,
-    when asked, the losses of the micro-batches whose loss block ran here and sink outputs."""
+    when asked, the losses of the micro-batches whose loss block ran here (0-dim tensors, left
+    on the device) and sink outputs.
 
-    timings: list[tuple[str, float, float]] = field(default_factory=list)
-    losses: dict[int, float] = field(default_factory=dict)
+    On CUDA the timings are events until `timings` is first read, which waits for the last of
+    them: the step itself never waits for the GPU, so the host can queue the next one."""
+
+    losses: dict[int, torch.Tensor] = field(default_factory=dict)
     outputs: dict[Key, torch.Tensor] = field(default_factory=dict)
+    marks: list[tuple[str, object, object]] = field(default_factory=list)
+    origin: object = None  # the CUDA event of the step's start; None once `marks` are seconds
+
+    @property
+    def timings(self) -> list[tuple[str, float, float]]:
+        if self.origin is not None:
+            if self.marks:
+                self.marks[-1][2].synchronize()
+            e0 = self.origin
+            self.marks = [(s, e0.elapsed_time(a) / 1e3, e0.elapsed_time(b) / 1e3) for s, a, b in self.marks]
+            self.origin = None
+        return self.marks
 
 
 class RankRunner:
@@ -47,7 +62,8 @@ class RankRunner:
         self.program = plan.programs[rank]
         self.train = plan.spec.mode is Mode.TRAIN
         self.scale = 1.0 / max(1, plan.schedule.microbatches)
-        self.seeds: list[float] | None = None  # per micro-batch loss seeds in place of 1/N (weighted means)
+        # Per micro-batch loss seeds in place of 1/N (weighted means): numbers or 0-dim tensors.
+        self.seeds: list[float | torch.Tensor] | None = None
         self.progress = progress or (lambda *_: None)
         tags = {b.name: i for i, b in enumerate(plan.spec.blocks)}
         self.comm = MessageManager(device, timeout, tags, rank, links or {}, ranks)
@@ -73,18 +89,19 @@ class RankRunner:
         return self.train and not forward_succs(self.spec, name) and backward_of(self.spec, name) is not None
 
     # -- one iteration ---------------------------------------------------------------------
-    def step(self, iteration: int, collect: bool = False) -> StepResult:
-        """Run the whole program once; raises ExecutionError naming rank, step and action."""
+    def step(self, iteration: int, collect: bool = False, wait: bool = True) -> StepResult:
+        """Run the whole program once; raises ExecutionError naming rank, step and action. With
+        `wait`, return once the GPU has finished it (the executor measures every iteration
+        from an idle GPU); without, as soon as it is queued (`Pipeline.step`)."""
         self.values: dict[Key, tuple[torch.Tensor, ...]] = {}
         self.saved: dict[Key, tuple] = {}
         self.left = Counter(self.uses)
         result = StepResult()
         cuda = self.device.type == "cuda"
-        events: list[tuple[str, object, object]] = []
         t0 = time.perf_counter()
         if cuda:
-            e0 = torch.cuda.Event(enable_timing=True)
-            e0.record()
+            result.origin = torch.cuda.Event(enable_timing=True)
+            result.origin.record()
         n = len(self.program.actions)
         for i, a in enumerate(self.program.actions):
             self.progress(iteration, i, str(a))
@@ -103,17 +120,16 @@ class RankRunner:
             if cuda:
                 end = torch.cuda.Event(enable_timing=True)
                 end.record()
-                events.append((str(a), start, end))
+                result.marks.append((str(a), start, end))
             else:
-                result.timings.append((str(a), start - t0, time.perf_counter() - t0))
+                result.marks.append((str(a), start - t0, time.perf_counter() - t0))
         self.progress(iteration, n, "end of step (waiting for sends)")
         try:
             self.comm.drain()
         except CommTimeout as e:
             raise ExecutionError(f"rank {self.rank}, iteration {iteration}, end of step: {e}") from None
-        if cuda:
+        if cuda and wait:
             torch.cuda.synchronize(self.device)
-            result.timings = [(s, e0.elapsed_time(a) / 1e3, e0.elapsed_time(b) / 1e3) for s, a, b in events]
         self.values.clear()
         self.saved.clear()
         return result
@@ -173,7 +189,7 @@ class RankRunner:
             self.saved[(name, mb)] = (inputs, out)
         if self.is_loss_block(name):
             if collect:
-                result.losses[mb] = float(out[0].detach())
+                result.losses[mb] = out[0].detach()
         elif collect and not self.spec.succs[name]:
             result.outputs[(name, mb)] = tuple(o.detach().cpu() for o in out)
         if self.left[(name, mb)] > 0:
@@ -183,7 +199,9 @@ class RankRunner:
         """Gradient of each output tensor of `fwd`: 1/N for the loss, else summed over consumers."""
         if self.is_loss_block(fwd):
             seed = self.seeds[mb] if self.seeds is not None else self.scale
-            return [torch.full_like(outs[0], seed)] + [None] * (len(outs) - 1)
+            # A tensor seed is copied on the device: full_like would read it on the host.
+            grad = torch.empty_like(outs[0]).copy_(seed) if isinstance(seed, torch.Tensor) else torch.full_like(outs[0], seed)
+            return [grad] + [None] * (len(outs) - 1)
         floats = [i for i, o in enumerate(outs) if o.is_floating_point()]
         grads: list[torch.Tensor | None] = [None] * len(outs)
         for s in forward_succs(self.spec, fwd):
