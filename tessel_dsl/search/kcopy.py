@@ -45,7 +45,10 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     from tessel_dsl.search.chaincycle import applies
 
     best, span = result, result.schedule.makespan(spec)
-    proven_all, tried = info.period_proven, 1
+    # A baseline kept because no one-copy repetend reaches `per_mb_cap` (it is at or below
+    # `period_floor`, a proven bound) settles every one-copy period below the cap.
+    kept_baseline = info.method == "baseline"
+    proven_all, tried = info.period_proven or (kept_baseline and per_mb_cap is not None), 1
     chain = applies(spec)
     unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
@@ -82,7 +85,8 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
                                                              repetend_copies=k, notes=(beat, *r.info.notes)))
             span, per_mb = sched.makespan(spec), Fraction(r.info.period, k)
     out = best.info
-    period_proven = proven_all
+    # (the baseline's own steady state, if still the answer, keeps its own claim)
+    period_proven = out.period_proven if best is result and kept_baseline else proven_all
     if unused:
         # The plan keeps a repetend whose period per micro-batch a k-copy one beats: its period is
         # proven only among repetends holding each block as often as it does.

@@ -17,8 +17,8 @@ from tessel_dsl.search.repetend import Counters, nr_limit
 
 PROBE_EFFORT = 1.0    # first pass: the deterministic solver budget (about seconds of one core) of each period
 RETRY_EFFORT = 20.0   # second pass: at most this for the period just below the best
-WALK_EFFORT_MIN = 6.0        # the whole walk's budget (both passes, polish included): at least this ...
-WALK_EFFORT_PER_DEVICE = 0.75 # ... or this much per device, whichever is more
+WALK_EFFORT_BLOCKS = 108.0  # the whole walk's budget (both passes, polish included) is this over the
+WALK_EFFORT_RANGE = (1.0, 24.0)  # number of blocks, within these limits (module `walk_budget`)
 SLICE_SHARE = 0.1     # with a time limit, each period also gets at most this share of it ...
 SLICE_MIN = 0.5       # ... but at least this many seconds
 REPETEND_SHARE = 0.75  # of a time limit, for finding the repetend; the rest is for completion
@@ -40,9 +40,13 @@ def period_floor(spec: Spec) -> int:
 
 
 def walk_budget(spec: Spec) -> float:
-    """The deterministic solver budget of one period walk: it grows with the number of devices
-    (larger models need more to settle a period), so the same spec always gets the same."""
-    return max(WALK_EFFORT_MIN, WALK_EFFORT_PER_DEVICE * spec.devices)
+    """The deterministic solver budget of one period walk. A unit of CP-SAT's deterministic time
+    costs more CPU the larger the cyclic model (measured on the zoo under load: about 3 s of CPU
+    at 18 blocks, 8 to 18 s at 128), and the larger models rarely settle a period anyway, so the
+    budget shrinks with the number of blocks: about 6 units at 18 blocks (an 8-stage chain with
+    side blocks), 1 at 108 or more, and up to 24 for small specs, which settle long before."""
+    low, high = WALK_EFFORT_RANGE
+    return min(high, max(low, WALK_EFFORT_BLOCKS / max(1, len(spec.blocks))))
 
 
 def modulo_search(spec: Spec, fallback: Repetend, *, solver: str, clock: Clock, counters: Counters,
