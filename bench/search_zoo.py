@@ -41,6 +41,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The baselines column comes from this checkout's package, as the searches do (not whichever
+# tessel_dsl the interpreter would import first).
+sys.path.insert(0, str(ROOT))
 ZOO = ROOT / "bench" / "specs" / "zoo"
 HALVES = ("tune", "heldout")
 WALL_FACTOR = 5  # the wall-clock backstop, in CPU limits (--wall-factor): a shared machine slows the wall clock

@@ -62,7 +62,7 @@ def test_a_baseline_at_the_bound_ends_the_search_with_that_bound():
     validate(spec, r.schedule)
     assert r.schedule.makespan(spec) == r.info.makespan_bound == 30 * 14 == makespan_bound(spec, 30)
     assert simulated(spec, r) == 420
-    assert "reaches the makespan lower bound (420)" in r.info.note
+    assert [n.kind for n in r.info.notes] == ["baseline-at-bound"] and r.info.notes[0].values["makespan"] == 420
     # its steady state (one micro-batch every 14) is kept, so the plan re-extends to other N
     assert r.schedule.repetend is not None and r.schedule.repetend.period == 14
     assert reextend(spec, r.schedule, 33).makespan(spec) == 33 * 14
@@ -72,7 +72,7 @@ def test_memory_bound_chain_is_valid_no_worse_than_capped_1f1b_and_the_same_twic
     spec = parse(CAPPED)
     r, again = search(spec), search(spec)
     assert r.info.method == "baseline"  # no one-copy repetend can beat capped 1F1B here
-    assert r.schedule.slots == again.schedule.slots and r.info.note == again.info.note
+    assert r.schedule.slots == again.schedule.slots and r.info.notes == again.info.notes
     validate(spec, r.schedule)
     capped = build(spec, "1f1b-capped", 21).makespan(spec)
     got = r.schedule.makespan(spec)

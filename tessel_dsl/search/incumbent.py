@@ -22,7 +22,7 @@ from tessel_dsl.plan import SearchInfo
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.clock import Clock
-from tessel_dsl.search.notes import note, render
+from tessel_dsl.search.notes import note
 from tessel_dsl.search.result import Progress, SearchResult
 
 
@@ -110,19 +110,16 @@ def baseline_result(spec: Spec, n: int, got: tuple[Schedule, str], clock: Clock,
     if progress is not None:
         progress(Progress("done", lower * u, period * u, nr, span * u, 0, 0, clock.elapsed()))
     if at_bound:
-        said = note("baseline-at-bound", baseline=name, n=n, makespan=span * u, repetend=nr > 0)
+        said = [note("baseline-at-bound", baseline=name, n=n, makespan=span * u, repetend=nr > 0)]
         # Without a repetend there is no period to prove: the makespan, at its bound, is optimal.
         proven = period_proven or nr == 0
     else:
         said = [note("baseline-unbeaten", baseline=name, n=n, makespan=got[0].makespan(spec) * u, cap=cap * u,
-                     floor=period_floor(spec) * u, repetend=nr > 0)]
+                     floor=period_floor(spec) * u, repetend=nr > 0, proof=proofs[0] if proofs else None)]
         if span < got[0].makespan(spec):
-            said.append(note("text", text=f"re-solving the schedule for N={n} shortened the makespan from "
-                                          f"{got[0].makespan(spec) * u} to {span * u}"))
-        said += [note("text", text=proof) for proof in proofs[:1]]
+            said.append(note("ends-resolved", n=n, before=got[0].makespan(spec) * u, after=span * u))
         # Proven optimal for this N only by a whole re-solve; the period is not proven.
         proven = bool(proofs) and nr == 0
-    said = said if isinstance(said, list) else [said]
-    info = SearchInfo("none", "baseline", proven, clock.elapsed(), lower, period, nr, 0, 0, render(said),
+    info = SearchInfo("none", "baseline", proven, clock.elapsed(), lower, period, nr, 0, 0, tuple(said),
                       period_proven=period_proven, copies=1, makespan_bound=bound)
     return SearchResult(sched, info)

@@ -109,7 +109,8 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         f"{v['baseline'].upper()} for N={v['n']} (makespan {v['makespan']}) is used: a repetend holding each block "
         f"once would need a period below {v['cap']} to beat it, and none is below {v['floor']}"
         + ("; its steady state is kept as the repetend for other N" if v["repetend"]
-           else "; the plan does not re-extend to another N (search again)")),
+           else "; the plan does not re-extend to another N (search again)")
+        + (f"; {v['proof']}" if v.get("proof") else "")),
 }
 
 
