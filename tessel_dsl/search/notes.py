@@ -106,8 +106,9 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         + ("; its steady state is kept as the repetend for other N" if v["repetend"]
            else "; it has no fixed-period steady state, so the plan does not re-extend to another N (search again)")),
     "baseline-unbeaten": lambda v: (
-        f"{v['baseline'].upper()} for N={v['n']} (makespan {v['makespan']}) is used: a repetend holding each block "
-        f"once would need a period below {v['cap']} to beat it, and none is below {v['floor']}"
+        f"{v['baseline'].upper()} for N={v['n']} (makespan {v['makespan']}) is used: an extended repetend holding "
+        f"each block once, starting a micro-batch every period, would need a period below {v['cap']} to beat it, "
+        f"and none is below {v['floor']}"
         + ("; its steady state is kept as the repetend for other N" if v["repetend"]
            else "; the plan does not re-extend to another N (search again)")
         + (f"; {v['proof']}" if v.get("proof") else "")),
