@@ -95,3 +95,31 @@ def test_useful_cap_hand_worked():
     # (N - 1) P + 17: for N = 6, 62 at P = 9 (not below 61), 57 at P = 8
     assert useful_cap(parse(CAPPED), 6, 61) == 9
     assert useful_cap(parse(SERIAL), 6, 84) == 14  # 5 * 14 + 14 = 84
+
+
+def test_a_walk_cut_by_its_budget_is_the_same_plan_twice_and_says_so(monkeypatch):
+    # The walk's budget is CP-SAT deterministic time charged as used. V-shape D=4 under M=2: with
+    # its budget the walk proves period 8 (the memory floor); with none it keeps the
+    # one-micro-batch repetend (16 = 4 * (1 + 3)), names 8..15 as open, and the plan still runs
+    # memory-capped 1F1B's order (68), the same on every run.
+    from tessel_dsl.search import period_walk
+    from tests.helpers import vshape
+
+    spec = vshape(devices=4, memory=2, fwd=1, bwd=3, microbatches=8)
+    full = search(spec, method="modulo")
+    assert full.info.period == 8 and full.info.period_proven
+    monkeypatch.setattr(period_walk, "WALK_EFFORT_RANGE", (0.0, 0.0))
+    a, b = (search(spec, method="modulo") for _ in range(2))
+    validate(spec, a.schedule)
+    assert a.schedule.slots == b.schedule.slots and a.info.notes == b.info.notes
+    assert a.info.period == 16 and not a.info.period_proven and not a.info.proven
+    open_periods = next(n.values for n in a.info.notes if n.kind == "walk-unsettled")
+    assert (open_periods["low"], open_periods["high"], open_periods["cause"]) == (8, 15, "budget")
+    assert a.schedule.makespan(spec) == build(spec, "1f1b-capped", 8).makespan(spec) == 68
+
+
+def test_walk_budget_shrinks_with_the_model():
+    from tessel_dsl.search.period_walk import walk_budget
+
+    small, chain8 = parse(CAPPED), parse(SERIAL)
+    assert walk_budget(small) == 108 / 8 and walk_budget(chain8) == 108 / 6
