@@ -64,7 +64,7 @@ def render_rows(title: str, rows, units=None) -> list:
                   collapse_padding=True)
     for col, just in (("schedule", "left"), ("N", "right"), ("makespan", "right"), ("bubble", "right"),
                       ("period(LB)", "right"), ("steady", "right"), ("peak/M", "right"),
-                      ("vs TO", "right"), ("time", "right")):
+                      ("vs TO", "right"), ("CPU s", "right")):
         table.add_column(col, justify=just, overflow="fold")  # a narrow terminal folds a cell, never hides digits
     why = []
     unproven = False

@@ -114,7 +114,7 @@ ROWS = (
     ("peak memory per device", lambda s: " ".join(in_memory(s, m) for m in s["peak_memory"])
      + (f"  (M={in_memory(s, s['capacities'][0])})" if len(set(s["capacities"])) == 1
         else f"  (capacities {' '.join(in_memory(s, m) for m in s['capacities'])})")),
-    ("search", lambda s: f"{s['search_seconds']:.2f}s, {s['solver']}/{s['method']}, "
+    ("search", lambda s: f"{s['search_seconds']:.2f}s of CPU, {s['solver']}/{s['method']}, "
                          f"{s['candidates_tried']} tried, {s['candidates_pruned']} pruned"),
     ("proven", _proven),
     ("note", lambda s: s["note"] or None),

@@ -4,6 +4,7 @@ driver      the search end to end (paper Algorithm 1): bounds, repetend, complet
 result      what a search returns (`SearchResult`) and reports while it runs (`Progress`)
 notes       what the search says about its answer, as data (a kind and values), and its wording
 finish      finishing for one N (baseline orders, end re-solve); re-extending a plan to another N
+incumbent   the best baseline first: the answer when it reaches the bound or no repetend can beat it
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
 timescale   the search's time unit: block times over their common divisor, answers scaled back

@@ -41,6 +41,7 @@ from tessel_dsl.search.copies import SEP
 from tessel_dsl.search.membound import chain_stage_blocks
 
 CHAIN_PERIOD_EFFORT = 5.0  # deterministic CP-SAT budget of one period's solve (about seconds of one core)
+CHAIN_WALK_EFFORT = 12.0   # ... and of the whole bisection, charged as used
 
 
 def applies(spec: Spec) -> bool:
@@ -49,7 +50,8 @@ def applies(spec: Spec) -> bool:
 
 
 def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,
-                       time_limit: float | None = None) -> tuple[str, dict[str, int] | None]:
+                       time_limit: float | None = None,
+                       spent: list[float] | None = None) -> tuple[str, dict[str, int] | None]:
     """("feasible", flat starts) / ("infeasible", None) / ("unknown", None) for a periodic
     schedule of `copies` micro-batches every `period` (module text). The flat starts are keyed by
     the unrolled spec's block names (``F@j``: block ``F`` of copy ``j``)."""
@@ -116,6 +118,8 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
         demands.append(base)
         m.add_cumulative(holds, demands, limit[s])
     status, solver = run_model(m, effort=effort, time_limit=time_limit)
+    if spent is not None:
+        spent[0] += solver.deterministic_time
     if status != "found":
         return status, None
     starts = {}
@@ -133,18 +137,21 @@ def chain_period_search(spec: Spec, copies: int, low: int, high: int, *, effort:
     infeasible (down to `low`, which the caller knows to be a lower bound). `left()` gives the
     seconds of a user's time limit still left (None: no limit, only the deterministic budgets).
     With nothing feasible below `high` the period and starts are None (`proven`: every period
-    tried below `high` was shown infeasible, so none exists)."""
+    tried below `high` was shown infeasible, so none exists). The whole bisection spends at most
+    `CHAIN_WALK_EFFORT` of deterministic time; what it leaves unsettled is not proven."""
     best = None
     below = low - 1  # every period up to `below` is infeasible or unsettled
     settled = True   # ... and, while this holds, every one of them was proven infeasible
     hi = high
+    spent = [0.0]    # deterministic time used, within CHAIN_WALK_EFFORT
     while below + 1 < hi:
         t = left()
-        if t is not None and t <= 0:
+        if (t is not None and t <= 0) or spent[0] >= CHAIN_WALK_EFFORT - 0.05:
             settled = False
             break
         period = (below + 1 + hi) // 2
-        status, starts = solve_chain_period(spec, copies, period, effort=effort, time_limit=t)
+        budget = None if effort is None else min(effort, CHAIN_WALK_EFFORT - spent[0])
+        status, starts = solve_chain_period(spec, copies, period, effort=budget, time_limit=t, spent=spent)
         if status == "feasible":
             best, hi = (period, starts), period
         else:

@@ -1,5 +1,6 @@
 """The search's clock, shared by the driver and the steps it calls: the user's wall-clock limit
-(if any) and the time unit that notes multiply by."""
+(if any), the CPU time spent (what the search reports: on a shared machine the wall clock
+measures the load, not the search) and the time unit that notes multiply by."""
 from __future__ import annotations
 
 import time
@@ -12,6 +13,7 @@ class Clock:
 
     def __init__(self, time_limit: float | None, unit: int = 1):
         self.t0 = time.monotonic()
+        self.cpu0 = time.process_time()
         self.limit = time_limit
         self.unit = unit
 
@@ -21,4 +23,5 @@ class Clock:
         return self.limit - (time.monotonic() - self.t0)
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.t0
+        """CPU seconds of this process since the search began (solver threads included)."""
+        return time.process_time() - self.cpu0

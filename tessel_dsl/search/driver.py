@@ -153,19 +153,54 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     # A method named by the caller always runs; `auto` first tries a schedule built without a
     # solver, and returns it when it reaches both lower bounds (nothing left to prove).
     result = _constructive(base, n, clock, progress) if method == "auto" else None
+    find, cap = None, None
+    if result is None and method == "auto":
+        # The best plan in hand first (incumbent.py): a baseline at the makespan bound ends the
+        # search; otherwise only repetends that could beat it are looked for.
+        result, find, cap = _incumbent(base, n, clock, progress, solver)
     method = DEFAULT_METHOD if method == "auto" else method
     if result is None:
-        result = _search(base, n, solver=solver, method=method, clock=clock, progress=progress)
-    result = with_copies(base, n, result, search_one=_search, find_repetend=find_repetend, solver=solver,
-                         method=method, clock=clock, progress=progress)
+        result = _search(base, n, solver=solver, method=method, clock=clock, progress=progress, find=find)
+    if result.info.method != "baseline" or not result.info.proven:  # at the makespan bound: nothing to win
+        result = with_copies(base, n, result, search_one=_search, find_repetend=find_repetend, solver=solver,
+                             method=method, clock=clock, progress=progress, per_mb_cap=cap)
     info = result.info
-    info = replace(info, lower_bound=info.lower_bound * unit, period=info.period * unit,
+    info = replace(info, seconds=clock.elapsed(), lower_bound=info.lower_bound * unit, period=info.period * unit,
                    makespan_bound=info.makespan_bound * unit,
                    memory_bound=float(memory_period_bound(spec)))
     sched = scale_schedule(result.schedule, unit)
     if unit > 1:
         validate(spec, sched)
     return SearchResult(sched, info)
+
+
+def _incumbent(spec: Spec, n: int, clock: Clock, progress: Callable[[Progress], None] | None, solver: str
+               ) -> tuple[SearchResult | None, Callable[..., tuple[Repetend, bool, str]] | None, int | None]:
+    """(result, repetend finder, period cap) from the best applicable baseline (`incumbent.py`):
+    the baseline as the result when it reaches the makespan bound or when no one-copy repetend
+    could beat it; else a finder that looks only below the period that could (`useful_cap`)."""
+    from functools import partial
+
+    from tessel_dsl.search.incumbent import baseline_result, useful_cap
+    from tessel_dsl.search.period_walk import period_floor
+    from tessel_dsl.search.refine import FULL_RESOLVE_TASKS, best_baseline
+
+    if any(sum(b.memory for b in spec.blocks_on(d)) > 0 for d in range(spec.devices)):
+        return None, None, None  # memory grows with every micro-batch: the direct solve decides
+    if n * len(spec.blocks) <= FULL_RESOLVE_TASKS:
+        # Small enough that the search proper is cheap (its end re-solve frees the whole
+        # schedule) and returns a repetend for every N: no shortcut.
+        return None, None, None
+    got = best_baseline(spec, n, than=None)
+    if got is None:
+        return None, None, None
+    span = got[0].makespan(spec)
+    if span <= makespan_bound(spec, n):
+        return baseline_result(spec, n, got, clock, progress, at_bound=True), None, None
+    cap = useful_cap(spec, n, span)
+    if cap <= period_floor(spec):
+        return baseline_result(spec, n, got, clock, progress, at_bound=False, cap=cap, solver=solver), None, cap
+    return None, partial(find_repetend, cap=cap), cap
 
 
 def _constructive(spec: Spec, n: int, clock: Clock,

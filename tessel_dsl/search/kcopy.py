@@ -26,22 +26,29 @@ CHAIN_MAX_COPIES = 2     # on a chain the small exact model of `chaincycle.py` t
 
 def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callable[..., SearchResult],
                 find_repetend: Callable[..., tuple], solver: str, method: str, clock: Clock,
-                progress: Callable[[Progress], None] | None) -> SearchResult:
+                progress: Callable[[Progress], None] | None, per_mb_cap: int | None = None) -> SearchResult:
     """Try repetends holding each block k = 2 .. MAX_COPIES times (`copies.py`) when the one-copy
     period is above the lower bound (at the bound no k can do better per micro-batch); keep the
     schedule with the shortest makespan for this N (ties keep the one-copy schedule, which the
     plan can re-extend to other N). `search_one` is the one-copy search (`driver._search`) and
     `find_repetend` its repetend finder (`driver.find_repetend`), passed in so that this module
-    imports nothing from the driver that calls it."""
+    imports nothing from the driver that calls it. `per_mb_cap` (optional): only periods per
+    micro-batch below it can beat the best plan in hand (`incumbent.useful_cap`)."""
     from tessel_dsl.search.copies import fold, unroll
 
     info = result.info
-    if info.method == "direct" or method != "modulo" or info.period <= info.lower_bound:
+    per_mb = Fraction(info.period) if info.period else None
+    if per_mb_cap is not None:
+        per_mb = Fraction(per_mb_cap) if per_mb is None else min(per_mb, Fraction(per_mb_cap))
+    if info.method == "direct" or method != "modulo" or per_mb is None or per_mb <= info.lower_bound:
         return result
     from tessel_dsl.search.chaincycle import applies
 
     best, span = result, result.schedule.makespan(spec)
-    proven_all, tried, per_mb = info.period_proven, 1, Fraction(info.period)
+    # A baseline kept because no one-copy repetend reaches `per_mb_cap` (it is at or below
+    # `period_floor`, a proven bound) settles every one-copy period below the cap.
+    kept_baseline = info.method == "baseline"
+    proven_all, tried = info.period_proven or (kept_baseline and per_mb_cap is not None), 1
     chain = applies(spec)
     unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
@@ -78,7 +85,8 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
                                                              repetend_copies=k, notes=(beat, *r.info.notes)))
             span, per_mb = sched.makespan(spec), Fraction(r.info.period, k)
     out = best.info
-    period_proven = proven_all
+    # (the baseline's own steady state, if still the answer, keeps its own claim)
+    period_proven = out.period_proven if best is result and kept_baseline else proven_all
     if unused:
         # The plan keeps a repetend whose period per micro-batch a k-copy one beats: its period is
         # proven only among repetends holding each block as often as it does.

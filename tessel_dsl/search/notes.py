@@ -100,6 +100,18 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         + ", ".join(v["cuts"])),
     "cut-but-proved": lambda v: f"{v['proof']}, so it is optimal for this N although a budget cut " + ", ".join(v["cuts"]),
     "time-limit": lambda v: "a solver call hit the time limit",
+    "baseline-at-bound": lambda v: (
+        f"{v['baseline'].upper()} for N={v['n']} reaches the makespan lower bound ({v['makespan']}), so nothing "
+        "is shorter and the search stopped there"
+        + ("; its steady state is kept as the repetend for other N" if v["repetend"]
+           else "; it has no fixed-period steady state, so the plan does not re-extend to another N (search again)")),
+    "baseline-unbeaten": lambda v: (
+        f"{v['baseline'].upper()} for N={v['n']} (makespan {v['makespan']}) is used: an extended repetend holding "
+        f"each block once, starting a micro-batch every period, would need a period below {v['cap']} to beat it, "
+        f"and none is below {v['floor']}"
+        + ("; its steady state is kept as the repetend for other N" if v["repetend"]
+           else "; the plan does not re-extend to another N (search again)")
+        + (f"; {v['proof']}" if v.get("proof") else "")),
 }
 
 

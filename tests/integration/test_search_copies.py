@@ -32,13 +32,17 @@ def test_uneven_chain_reaches_the_time_optimal_rate_with_two_copies():
     validate(spec, back)
     assert back.makespan(spec) == 345
     # 1F1B, the best one-copy answer at N=32 (period 12), needs 390. Memory-capped 1F1B, which
-    # plays 1F1B out in time, reaches the same 345 for this N, and the search keeps the schedule
-    # that can re-extend (a tie keeps the one-copy plan), having tried two copies. Its period 12
-    # is then proven only among repetends holding each block once (two copies reach 10.5), and
-    # the note says what the two-copy repetend reached.
+    # plays 1F1B out in time, reaches the same 345 for this N, and the search proper keeps the
+    # schedule that can re-extend (a tie keeps the one-copy plan), having tried two copies. Its
+    # period 12 is then proven only among repetends holding each block once (two copies reach
+    # 10.5), and the note says what the two-copy repetend reached.
     assert build(spec, "1f1b", 32).makespan(spec) == 390
     assert build(spec, "1f1b-capped", 32).makespan(spec) == 345
-    r = search(spec)
+    # The default search stops at capped 1F1B: 345 is the makespan bound (incumbent.py).
+    d = search(spec)
+    assert d.info.method == "baseline" and d.info.proven
+    assert d.schedule.makespan(spec) == d.info.makespan_bound == 345
+    r = search(spec, method="modulo")
     validate(spec, r.schedule)
     assert r.schedule.makespan(spec) == 345 and r.info.period == 12 and r.info.repetend_copies == 1
     assert r.info.copies == 1 and r.info.period_proven

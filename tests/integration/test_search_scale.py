@@ -91,7 +91,7 @@ def test_best_baseline_only_when_strictly_shorter_and_within_memory():
 @pytest.mark.parametrize("name, n, optimum", [("interleaved", 8, 76), ("zerobubble", 8, 38)])
 def test_end_resolve_reaches_the_optimum_at_small_n(name, n, optimum):
     spec = _spec(name, 4)
-    parts_only = search_mod.search(spec, microbatches=n + 20)
+    parts_only = search_mod.search(spec, microbatches=n + 20, method="modulo")
     extended = importlib.import_module("tessel_dsl.search.extend").extend(spec, parts_only.schedule, n)
     assert extended.makespan(spec) > optimum  # the joins of warmup, repetend and cooldown leave gaps
     refined, better = refine_ends(spec, extended, solver="cpsat", time_limit=None)

@@ -208,7 +208,7 @@ def tessel_row(spec: Spec, n: int, *, solver: str = "auto", time_limit: float | 
     schedule = result.schedule
     info = result.info
     period = running_period(spec, schedule, info)
-    row = _row(spec, schedule, period, seconds=seconds, proven=getattr(info, "proven", None),
+    row = _row(spec, schedule, period, seconds=getattr(info, "seconds", seconds), proven=getattr(info, "proven", None),
                extra={"nr": getattr(info, "nr", 0), "solver": getattr(info, "solver", ""),
                       "method": getattr(info, "method", "")})
     return row, schedule

@@ -1,0 +1,125 @@
+"""The default search starts from the best baseline in hand (`search/incumbent.py`).
+
+The shortcut applies only above the size where the end re-solve frees the whole schedule
+(`refine.FULL_RESOLVE_TASKS` block instances), so these specs use N = 21 to 30.
+
+References are independent of the search: hand-worked makespans, the baseline builder, the
+validator, the simulator and the time-optimal solve (`search/optimal.py`).
+"""
+from __future__ import annotations
+
+from tessel_dsl.ir import Link
+from tessel_dsl.lang.parser import parse
+from tessel_dsl.plan import make_plan
+from tessel_dsl.search import search
+from tessel_dsl.search.baselines import build
+from tessel_dsl.search.bounds import makespan_bound
+from tessel_dsl.search.finish import reextend
+from tessel_dsl.search.incumbent import useful_cap
+from tessel_dsl.search.optimal import optimal
+from tessel_dsl.simulator import simulate as run_plan
+from tessel_dsl.validate import validate
+
+
+def simulated(spec, result) -> int:
+    """The makespan the simulator measures for the searched plan (no communication cost)."""
+    return run_plan(make_plan(spec, result.schedule, result.info), link=Link()).makespan
+
+# Device 0 holds one micro-batch, so micro-batches run one after another: N * (2+1+2+4+2+3) = 420.
+SERIAL = """placement serial_chain
+devices 3
+memory 8
+memory 1 on 0
+microbatches 30
+mode train
+forward F0 on 0 time 2 memory 1 grad time 3
+forward F1 on 1 time 1 memory 1 grad time 2
+forward F2 on 2 time 2 memory 1 grad time 4
+F0 -> F1 -> F2
+derive backward
+"""
+
+# Device 0 holds two micro-batches where 1F1B keeps four: memory-capped 1F1B is the best baseline.
+CAPPED = """placement capped_chain
+devices 4
+memory 8
+memory 2 on 0
+microbatches 21
+mode train
+forward F0 on 0 time 2 memory 1 grad time 3
+forward F1 on 1 time 1 memory 1 grad time 2
+forward F2 on 2 time 2 memory 1 grad time 4
+forward F3 on 3 time 1 memory 1 grad time 2
+F0 -> F1 -> F2 -> F3
+derive backward
+"""
+
+
+def test_a_baseline_at_the_bound_ends_the_search_with_that_bound():
+    spec = parse(SERIAL)
+    r = search(spec)
+    assert r.info.method == "baseline" and r.info.proven
+    validate(spec, r.schedule)
+    assert r.schedule.makespan(spec) == r.info.makespan_bound == 30 * 14 == makespan_bound(spec, 30)
+    assert simulated(spec, r) == 420
+    assert [n.kind for n in r.info.notes] == ["baseline-at-bound"] and r.info.notes[0].values["makespan"] == 420
+    # its steady state (one micro-batch every 14) is kept, so the plan re-extends to other N
+    assert r.schedule.repetend is not None and r.schedule.repetend.period == 14
+    assert reextend(spec, r.schedule, 33).makespan(spec) == 33 * 14
+
+
+def test_memory_bound_chain_is_valid_no_worse_than_capped_1f1b_and_the_same_twice():
+    spec = parse(CAPPED)
+    r, again = search(spec), search(spec)
+    assert r.info.method == "baseline"  # no one-copy repetend can beat capped 1F1B here
+    assert r.schedule.slots == again.schedule.slots and r.info.notes == again.info.notes
+    validate(spec, r.schedule)
+    capped = build(spec, "1f1b-capped", 21).makespan(spec)
+    got = r.schedule.makespan(spec)
+    assert simulated(spec, r) == got <= capped
+    assert r.info.makespan_bound <= got
+
+
+def test_the_stated_bound_holds_against_the_time_optimal_solve():
+    spec = parse(CAPPED)
+    for n in (2, 4, 6):
+        to = optimal(spec, n, effort=60)
+        assert to.info.proven
+        assert makespan_bound(spec, n) <= to.schedule.makespan(spec)
+    assert to.schedule.makespan(spec) == 59  # N = 6; memory-capped 1F1B takes 61
+    assert build(spec, "1f1b-capped", 6).makespan(spec) == 61
+
+
+def test_useful_cap_hand_worked():
+    # CAPPED's chain is 2+1+2+1+2+4+2+3 = 17 long; N micro-batches one period apart span at least
+    # (N - 1) P + 17: for N = 6, 62 at P = 9 (not below 61), 57 at P = 8
+    assert useful_cap(parse(CAPPED), 6, 61) == 9
+    assert useful_cap(parse(SERIAL), 6, 84) == 14  # 5 * 14 + 14 = 84
+
+
+def test_a_walk_cut_by_its_budget_is_the_same_plan_twice_and_says_so(monkeypatch):
+    # The walk's budget is CP-SAT deterministic time charged as used. V-shape D=4 under M=2: with
+    # its budget the walk proves period 8 (the memory floor); with none it keeps the
+    # one-micro-batch repetend (16 = 4 * (1 + 3)), names 8..15 as open, and the plan still runs
+    # memory-capped 1F1B's order (68), the same on every run.
+    from tessel_dsl.search import period_walk
+    from tests.helpers import vshape
+
+    spec = vshape(devices=4, memory=2, fwd=1, bwd=3, microbatches=8)
+    full = search(spec, method="modulo")
+    assert full.info.period == 8 and full.info.period_proven
+    monkeypatch.setattr(period_walk, "WALK_EFFORT_RANGE", (0.0, 0.0))
+    a, b = (search(spec, method="modulo") for _ in range(2))
+    validate(spec, a.schedule)
+    assert a.schedule.slots == b.schedule.slots and a.info.notes == b.info.notes
+    assert a.info.period == 16 and not a.info.period_proven and not a.info.proven
+    open_periods = next(n.values for n in a.info.notes if n.kind == "walk-unsettled")
+    assert (open_periods["low"], open_periods["high"], open_periods["cause"]) == (8, 15, "budget")
+    assert a.schedule.makespan(spec) == build(spec, "1f1b-capped", 8).makespan(spec) == 68
+
+
+def test_walk_budget_shrinks_with_the_model():
+    from tessel_dsl.search.period_walk import walk_budget
+
+    small, chain8 = parse(CAPPED), parse(SERIAL)
+    assert walk_budget(small) == 108 / 8 and walk_budget(chain8) == 108 / 6
