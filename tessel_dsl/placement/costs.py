@@ -23,15 +23,27 @@ class Unit:
     param_bytes: int = 0
     params: int = 0             # number of parameters
     kind: str = "layer"         # embedding, layer, norm or head
+    # seconds: one unsplit backward (`torch.autograd.backward`); 0 when not measured (a profile
+    # saved before it was), and then taken as input_grad + weight_grad
+    unsplit_backward: float = 0.0
+    # seconds: a cross entropy over a head's output (its logits), forward and backward on one
+    # device; 0 for other units and where not measured
+    loss_forward: float = 0.0
+    loss_backward: float = 0.0
 
     @property
     def backward(self) -> float:
         return self.input_grad + self.weight_grad
 
     @property
+    def unsplit(self) -> float:
+        """The backward as one pass: measured, else input_grad + weight_grad."""
+        return self.unsplit_backward or self.backward
+
+    @property
     def time(self) -> float:
-        """Forward and backward of one micro-batch."""
-        return self.forward + self.backward
+        """Forward and backward of one micro-batch (the loss on a head included)."""
+        return self.forward + self.unsplit + self.loss_forward + self.loss_backward
 
     def state_bytes(self, optimizer_bytes_per_param: int = ADAM_BYTES_PER_PARAM) -> int:
         """Weights, their gradients and the optimizer state."""
