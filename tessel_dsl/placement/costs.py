@@ -85,3 +85,43 @@ class Profile:
         counts nothing shared)."""
         return [(a, b, 2 * nbytes + optimizer_bytes_per_param * n)
                 for (a, b), (n, nbytes) in zip(self.tied, self.tied_sizes)]
+
+
+@dataclass(frozen=True)
+class Links:
+    """How long moving bytes between devices takes: one device sends or receives at `bandwidth`
+    bytes per second, and every message or collective step costs `latency` seconds besides."""
+
+    bandwidth: float
+    latency: float
+
+    def __post_init__(self):
+        if not (self.bandwidth > 0 and self.latency >= 0):
+            raise ValueError(f"link bandwidth must be positive and latency non-negative, got {self}")
+
+    def send(self, nbytes: float) -> float:
+        return self.latency + nbytes / self.bandwidth
+
+    def broadcast(self, nbytes: float, devices: int) -> float:
+        """One device's tensor to `devices - 1` others, sent one copy each: the sender's link
+        carries them all."""
+        return 0.0 if devices < 2 else self.latency + (devices - 1) * nbytes / self.bandwidth
+
+    def all_reduce(self, nbytes: float, devices: int) -> float:
+        """A ring all-reduce: 2 (D - 1) steps, each moving 1/D of the tensor."""
+        if devices < 2:
+            return 0.0
+        steps = 2 * (devices - 1)
+        return steps * self.latency + steps / devices * nbytes / self.bandwidth
+
+
+# Stated defaults, not measured here: NVLink 4 (H100/H200 SXM) is 450 GB/s a direction; NCCL's
+# point-to-point and ring traffic reaches less, so 300 GB/s, and 20 us per message or ring step.
+NVLINK = Links(bandwidth=300e9, latency=20e-6)
+# gloo between processes of one CPU host (the tests' ranks): 2 GB/s and 100 us, stated, not measured.
+CPU_LINKS = Links(bandwidth=2e9, latency=100e-6)
+
+
+def default_links(device: str) -> Links:
+    """The stated defaults for a profile measured on `device` (``cpu`` or a GPU's name)."""
+    return CPU_LINKS if device in ("", "cpu") else NVLINK

@@ -103,3 +103,67 @@ def test_weight_gradients_accumulate_into_grad_as_in_a_pipeline():
     assert embed.weight_grad == 50 * 6 and embed.unsplit_backward == 50 * 6
     assert layer.weight_grad == 6 * 6 + 6 and head.weight_grad == 50 * 6
     assert all(p.grad is None for p in model.parameters())  # the model is left as it was given
+
+
+# -- a block spread over devices -------------------------------------------------------------------
+
+def spread_units():
+    from tessel_dsl.placement.costs import Unit
+
+    embed = Unit("embed", ("embed",), 0.002, 0.0, 0.006, 10, 0, kind="embedding", unsplit_backward=0.006)
+    norm = Unit("norm", ("norm",), 0.001, 0.002, 0.001, 10, 10**6, kind="norm", unsplit_backward=0.0028)
+    head = Unit("head", ("head",), 0.004, 0.004, 0.008, 10, 10**6, kind="head", unsplit_backward=0.011,
+                loss_forward=0.002, loss_backward=0.002)
+    return embed, norm, head
+
+
+def test_a_spread_head_pays_its_collectives_and_what_does_not_shrink():
+    """Worked by hand: 4 devices, links of 1 GB/s and 10 us, a 1 MB input, 1000 tokens.
+    Forward: the input to 3 more devices (10 us + 3 MB / 1 GB/s = 3.01 ms), three ring all-reduces
+    of 4 kB (6 steps: 60 us + 6 us, each) = 3.208 ms; the norm whole (1 ms), the head and its loss
+    over 4 ((4 + 2) / 4 ms). Backward: the 1 MB input gradient all-reduced (60 us + 1.5 ms), the
+    norm whole (2.8 ms), the head and the loss's backward over 4 ((11 + 2) / 4 ms)."""
+    from tessel_dsl.placement.candidates import Group, spread_comm
+    from tessel_dsl.placement.costs import Links
+
+    _, norm, head = spread_units()
+    comm = spread_comm((norm, head), 4, Links(1e9, 1e-5), 1000)
+    assert comm == pytest.approx((3.208e-3, 1.56e-3))
+    h = Group("H", (norm, head), (0, 1, 2, 3), *comm)
+    assert h.forward == pytest.approx(0.001 + 0.006 / 4 + 3.208e-3)
+    assert h.backward == pytest.approx(0.0028 + 0.013 / 4 + 1.56e-3)
+    # the former cost, the profile over D with nothing else, was (1 + 4) / 4 ms forward
+    assert h.forward > 4 * (0.001 + 0.004) / 4
+
+
+def test_a_spread_embedding_keeps_its_dense_weight_gradient_whole():
+    """Forward: the lookup over 4 (0.5 ms) and its partial outputs all-reduced (1 MB: 1.56 ms);
+    backward: the whole table's gradient on each device (6 ms) and the output gradient sent from
+    the first stage's device to the 3 others (3.01 ms)."""
+    from tessel_dsl.placement.candidates import Group, spread_comm
+    from tessel_dsl.placement.costs import Links
+
+    embed, _, _ = spread_units()
+    comm = spread_comm((embed,), 4, Links(1e9, 1e-5), 1000, out_bytes=10**6)
+    e = Group("E", (embed,), (0, 1, 2, 3), *comm)
+    assert e.forward == pytest.approx(0.0005 + 1.56e-3)
+    assert e.backward == pytest.approx(0.006 + 3.01e-3)
+
+
+def test_the_link_model_reaches_the_candidates():
+    """mshape-H's H block is longer on slower links; the chain, which spreads nothing, is not."""
+    from tessel_dsl.placement.candidates import candidates
+    from tessel_dsl.placement.costs import Links, Profile, Unit
+
+    embed, norm, head = spread_units()
+    layers = [Unit(f"layer{i}", (f"layers.{i}",), 0.003, 0.003, 0.003, 10, 10**6, unsplit_backward=0.006)
+              for i in range(4)]
+    prof = Profile((embed, *layers, norm, head), "cpu", (1, 1000))
+
+    def texts(links):
+        return {c.name: c.text for c in candidates(prof, 2, 10**12, 4, links=links)}
+
+    fast, slow = texts(Links(1e12, 0.0)), texts(Links(1e8, 1e-3))
+    assert fast["chain"] == slow["chain"]
+    line = [x for x in slow["mshape-H"].splitlines() if x.startswith("forward H ")]
+    assert line and line[0] not in fast["mshape-H"]
