@@ -58,6 +58,7 @@ class Group:
     devices: tuple[int, ...]
     comm_forward: float = 0.0
     comm_backward: float = 0.0
+    dense_grad: bool = True     # a spread embedding's weight gradient built whole on each device
 
     def _part(self, u: Unit, x: float, whole_on_each: bool = False) -> float:
         """What one device runs of `x`, a time of unit `u`."""
@@ -69,7 +70,7 @@ class Group:
         # RowwiseParallel's backward for an embedding builds the whole table's gradient on every
         # device and keeps its rows (torch 2.11-2.13; executor/models/common.py measured 4 ms a
         # micro-batch for a 512k x 4096 table): its weight gradient does not shrink.
-        return u.kind == "embedding"
+        return self.dense_grad and u.kind == "embedding"
 
     @property
     def forward(self) -> float:
@@ -116,15 +117,18 @@ def spread_comm(units: tuple[Unit, ...], devices: int, links: Links, tokens: int
       logits' maximum, the sum of exponentials, the target's logit); backward: the input gradient,
       partial on every device, all-reduced;
     * an embedding block: the partial lookups all-reduced into the output (`out_bytes`); backward:
-      the output's gradient sent from the first stage's device to every other.
+      the output's gradient sent from the first stage's device to every other;
+
+    and `links.block_overhead` each way.
     """
     if devices < 2:
         return 0.0, 0.0
+    extra = links.block_overhead
     if any(u.kind == "head" for u in units):
         x = units[0].input_bytes
         fwd = links.broadcast(x, devices) + 3 * links.all_reduce(4 * tokens, devices)
-        return fwd, links.all_reduce(x, devices)
-    return links.all_reduce(out_bytes, devices), links.broadcast(out_bytes, devices)
+        return fwd + extra, links.all_reduce(x, devices) + extra
+    return links.all_reduce(out_bytes, devices) + extra, links.broadcast(out_bytes, devices) + extra
 
 
 @dataclass(frozen=True)
@@ -304,10 +308,12 @@ def _chain_groups(units: list[Unit], parts: int, device_of) -> list[Group]:
 
 def candidates(profile: Profile, devices: int, capacity_bytes: int, microbatches: int, *,
                per_param: int = ADAM_BYTES_PER_PARAM, max_chunks: int = MAX_CHUNKS,
-               links: Links | None = None) -> list[Candidate]:
+               links: Links | None = None, dense_embedding_grad: bool = True) -> list[Candidate]:
     """Every candidate placement of `profile` over `devices` devices with `capacity_bytes` each;
     `links` times a spread block's collectives (default: `costs.default_links` for the device the
-    profile was measured on)."""
+    profile was measured on). `dense_embedding_grad` (as `tp.tp_plans` shards an embedding) costs
+    a spread embedding's weight gradient whole on each device; False, over D (an embedding whose
+    backward builds only its own rows' gradient, as executor.models.common's does)."""
     units = list(profile.units)
     if devices > len(units):
         raise ValueError(f"{devices} devices but only {len(units)} units to place: use at most {len(units)}")
@@ -326,11 +332,13 @@ def candidates(profile: Profile, devices: int, capacity_bytes: int, microbatches
     if 2 * D <= len(units):
         out.append(make("v-split", _chain_groups(units, 2 * D, lambda k: k if k < D else 2 * D - 1 - k), True))
     links = links or default_links(profile.device)
-    out += _mshapes(units, D, make, per_param, links, math.prod(profile.batch_shape) if profile.batch_shape else 1)
+    out += _mshapes(units, D, make, per_param, links, math.prod(profile.batch_shape) if profile.batch_shape else 1,
+                    dense_embedding_grad)
     return out
 
 
-def _mshapes(units: list[Unit], D: int, make, per_param: int, links: Links, tokens: int) -> list[Candidate]:
+def _mshapes(units: list[Unit], D: int, make, per_param: int, links: Links, tokens: int,
+             dense: bool) -> list[Candidate]:
     """The embedding and/or the head spread over all devices, the rest a balanced chain."""
     stage_time = sum(u.time for u in units) / D
     stage_state = sum(u.state_bytes(per_param) for u in units) / D
@@ -355,7 +363,7 @@ def _mshapes(units: list[Unit], D: int, make, per_param: int, links: Links, toke
         groups = _chain_groups(rest, D, lambda i: i)
         if e:
             groups.insert(0, Group("E", tuple(embed), every,
-                                   *spread_comm(tuple(embed), D, links, tokens, rest[0].input_bytes)))
+                                   *spread_comm(tuple(embed), D, links, tokens, rest[0].input_bytes), dense))
         if h:
             groups.append(Group("H", tuple(head), every, *spread_comm(tuple(head), D, links, tokens)))
         out.append(make(f"mshape-{tag}", groups, False, tuple(n for n, on in (("E", e), ("H", h)) if on)))

@@ -90,13 +90,17 @@ class Profile:
 @dataclass(frozen=True)
 class Links:
     """How long moving bytes between devices takes: one device sends or receives at `bandwidth`
-    bytes per second, and every message or collective step costs `latency` seconds besides."""
+    bytes per second, and every message or collective step costs `latency` seconds besides.
+    `block_overhead` is what a spread block costs per micro-batch and direction beyond its compute
+    and its transfers (the host's dispatch of sharded operators, synchronisations): not modelled,
+    0 unless set from a measurement."""
 
     bandwidth: float
     latency: float
+    block_overhead: float = 0.0
 
     def __post_init__(self):
-        if not (self.bandwidth > 0 and self.latency >= 0):
+        if not (self.bandwidth > 0 and self.latency >= 0 and self.block_overhead >= 0):
             raise ValueError(f"link bandwidth must be positive and latency non-negative, got {self}")
 
     def send(self, nbytes: float) -> float:
