@@ -148,6 +148,9 @@ def test_a_spread_embedding_keeps_its_dense_weight_gradient_whole():
     e = Group("E", (embed,), (0, 1, 2, 3), *comm)
     assert e.forward == pytest.approx(0.0005 + 1.56e-3)
     assert e.backward == pytest.approx(0.006 + 3.01e-3)
+    # an embedding whose backward builds only its own rows' gradient: 6 ms over 4
+    rows = Group("E", (embed,), (0, 1, 2, 3), *comm, dense_grad=False)
+    assert rows.backward == pytest.approx(0.0015 + 3.01e-3)
 
 
 def test_the_link_model_reaches_the_candidates():
