@@ -211,8 +211,8 @@ def timing_table(devices: list[int]) -> list[str]:
 # H200 HBM3e, 4.8 TB/s (the card's stated figure): what a table-sized add or a pass over the
 # logits costs in the correction below.
 HBM = 4.8e12
-# The hand-written Tessel plans' measured iterations in that run (bench/results/gpu_zb_h200x4_2026-11-27.md
-# on the GPU results branch), the placement they use, and what the spread head's blocks measured.
+# The hand-written Tessel plans' measured iterations in that run (bench/results/gpu_zb_h200x4_2026-11-27.md),
+# the placement they use, and what the spread head's blocks measured.
 MEASURED = {"gpt32k": {"plan": ("chain-split", "Tessel zero-bubble chain", 209.2), "H": (4.86, 4.24)},
             "gpt512k": {"plan": ("mshape-EH", "Tessel M-shape", 449.8), "H": (6.61, 10.2), "B0": 10.74}}
 
