@@ -4,8 +4,9 @@ are the same on any machine) and sets the chosen plan, simulated, against the al
   mshape-spec  the costs of specs/mshape.tsl (E on all devices: 1 ms forward and 1 ms gradient a
                device; D stages of 1 ms forward and 3 ms backward, 1 GB of activations; 6 GB a
                device) as a profile: an embedding unit of D ms forward and D ms weight gradient,
-               D layer units. The chosen plan must be an M-shape at least as short as
-               `tessel search specs/mshape.tsl`'s plan at the same N.
+               D layer units; as the spec, links free and the spread embedding's gradient
+               sharded (dense_embedding_grad=False). The chosen plan must be an M-shape at least
+               as short as `tessel search specs/mshape.tsl`'s plan at the same N.
   gpt-512k     the shipped GPT at bench/gpu_common.py's size (512k vocabulary, hidden 4096,
                sequence 2048, bf16; tessel_dsl.executor.models.gpt), costed from FLOPs at an
                assumed 400 TFLOP/s (bench/plan_gpt.py's `estimate`), one layer a device, 80 GB
@@ -30,6 +31,7 @@ and 16.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -85,6 +87,8 @@ class Case:
     memory: str
     reserve: str = "0"
     microbatches: int | None = None
+    link_latency: float | None = None
+    dense_embedding_grad: bool = True
 
 
 def simulated_ms(spec, sched) -> float:
@@ -100,7 +104,8 @@ def run_case(case: Case) -> dict:
 
     t0 = time.process_time()
     res = plan_model(None, None, devices=case.devices, memory=case.memory, reserve=case.reserve,
-                     microbatches=case.microbatches, profile=case.profile)
+                     microbatches=case.microbatches, profile=case.profile, link_latency=case.link_latency,
+                     dense_embedding_grad=case.dense_embedding_grad)
     cpu = time.process_time() - t0
     out = res.outcome
     sim = {k: simulated_ms(*v) for k, v in out.schedules.items()
@@ -138,7 +143,8 @@ def choice_table(devices: list[int]) -> list[str]:
              "1F1B | ZB-V | reference | holds | CPU s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for D in devices:
         n = 4 * D
-        cases = [Case("mshape-spec", mshape_spec_profile(D), D, f"{6 * 1000 + 10 * (D + 2)}MB"),
+        cases = [Case("mshape-spec", mshape_spec_profile(D), D, f"{6 * 1000 + 10 * (D + 2)}MB", link_latency=0.0,
+                      dense_embedding_grad=False),
                  Case("gpt-512k", gpt_profile(D), D, "80GB", "8GB"),
                  Case("chain", chain_profile(D), D, "80GB"),
                  Case("memory-bound", chain_profile(D, 6 * GB), D, "10GB")]
@@ -200,12 +206,168 @@ def timing_table(devices: list[int]) -> list[str]:
     return lines
 
 
+# -- the GPT at 32k and 512k from the units profiled on 4 x H200 -----------------------------------
+
+# H200 HBM3e, 4.8 TB/s (the card's stated figure): what a table-sized add or a pass over the
+# logits costs in the correction below.
+HBM = 4.8e12
+# The hand-written Tessel plans' measured iterations in that run (bench/results/gpu_zb_h200x4_2026-11-27.md),
+# the placement they use, and what the spread head's blocks measured.
+MEASURED = {"gpt32k": {"plan": ("chain-split", "Tessel zero-bubble chain", 209.2), "H": (4.86, 4.24)},
+            "gpt512k": {"plan": ("mshape-EH", "Tessel M-shape", 449.8), "H": (6.61, 10.2), "B0": 10.74}}
+
+
+def split_ratio(data: dict) -> float:
+    """The executor's I + W over its unsplit B on the GPT-32k's middle stages (two layers each,
+    no embedding or head), measured in the same GPU run (`gpt32k_zb` against `gpt32k_1f1b`)."""
+    iw = b = 0.0
+    for x, y in zip(data["gpt32k_zb"]["measurements"][1:3], data["gpt32k_1f1b"]["measurements"][1:3]):
+        iw += x["input_grad"] + x["weight_grad"]
+        b += y["backward"]
+    return iw / b
+
+
+def corrected(units: list[dict], ratio: float, tokens: int) -> Profile:
+    """The units profiled the former way, as the profiler now measures them (the notes in
+    bench/results/plan.md): a layer's former W ran from its outputs and so was one whole backward,
+    which becomes its unsplit backward, and its W the executor's I + W (`ratio` of that) less I;
+    an embedding's, norm's or head's former W walked nothing else and stays; every W and unsplit
+    backward gains the accumulation of its gradient (read two, write one table, at `HBM`); the
+    head gains a cross entropy estimated as 18 bytes a logit each way at `HBM`."""
+    out = []
+    for u in units:
+        u = dict(u, modules=tuple(u["modules"]))
+        acc = 3 * u["param_bytes"] / HBM
+        i, w = u["input_grad"], u["weight_grad"]
+        if u["kind"] == "layer":
+            u.update(unsplit_backward=w + acc, weight_grad=ratio * w - i + acc)
+        else:
+            u.update(unsplit_backward=i + w + acc, weight_grad=w + acc)
+        if u["kind"] == "head":
+            hidden = u["input_bytes"] // (2 * tokens)
+            logits = tokens * u["params"] // hidden
+            u.update(loss_forward=18 * logits / HBM, loss_backward=18 * logits / HBM)
+        out.append(Unit(**u))
+    return Profile(tuple(out), "NVIDIA H200 (corrected)", (1, tokens))
+
+
+def block_ms(text: str, block: str) -> tuple[float, float]:
+    """(forward, unsplit backward) ms of `block` in a generated spec's text."""
+    from tessel_dsl.lang.parser import parse
+
+    spec = parse(text, "<candidate>")
+    res = spec.units.time_seconds * 1e3
+    fwd = spec.block(block)
+    back = next(b for b in spec.blocks if b.forward == block)
+    return fwd.time * res, back.time * res
+
+
+def gpu_profile_table(path: Path) -> list[str]:
+    import json
+
+    from tessel_dsl.placement.api import plan_model
+    from tessel_dsl.placement.candidates import candidates
+    from tessel_dsl.placement.costs import NVLINK, Links
+
+    data = json.loads(path.read_text())
+    ratio = split_ratio(data)
+    profiles = {}
+    for group in ("gpt32k", "gpt512k"):
+        entry = data[f"{group}_choice"]
+        tokens = math.prod(entry["units_profile"]["batch_shape"])
+        profiles[group] = (entry, Profile.from_json(entry["units_profile"]),
+                           corrected(entry["units_profile"]["units"], ratio, tokens))
+
+    def head_ms(prof, memory, links):
+        cands = {c.name: c for c in candidates(prof, 4, memory - 6 * GB, 16, links=links)}
+        return cands, (block_ms(cands["mshape-H"].text, "H") if "mshape-H" in cands else (None, None))
+
+    # the spread head's time beyond compute and links, fitted on GPT-32k's measured H and HB alone
+    entry32 = profiles["gpt32k"][0]
+    _, (hf, hb) = head_ms(profiles["gpt32k"][2], entry32["memory_bytes"], NVLINK)
+    mf, mb = MEASURED["gpt32k"]["H"]
+    overhead = ((mf - hf) + (mb - hb)) / 2 / 1e3
+    lines = [f"I + W over B on the GPT-32k's middle stages, measured in that run: {ratio:.3f}; spread "
+             f"overhead fitted on GPT-32k's head: {overhead * 1e3:.2f} ms", "",
+             "| model | profile | chosen, ms predicted | Tessel's row on every candidate, ms predicted | "
+             "the hand-written plan's placement, predicted (its measured ms) | mshape-H's H, F / B ms predicted "
+             "(measured) | plan CPU s |", "|---|---|---|---|---|---|---|"]
+    for group in ("gpt32k", "gpt512k"):
+        entry, saved, fixed = profiles[group]
+        for label, prof, ov, dense in (("as saved", saved, 0.0, True), ("corrected", fixed, 0.0, True),
+                                       (f"corrected, spread overhead {overhead * 1e3:.2f} ms", fixed, overhead, True),
+                                       ("corrected, spread embedding's gradient sharded", fixed, 0.0, False)):
+            t0 = time.process_time()
+            res = plan_model(None, None, devices=4, memory=entry["memory_bytes"], reserve="6GB", microbatches=16,
+                             profile=prof, spread_overhead=ov, dense_embedding_grad=dense)
+            cpu = time.process_time() - t0
+            rows = {(r.candidate, r.schedule): r for r in res.outcome.rows}
+            tessel = [r for r in res.outcome.rows if r.schedule == "tessel" and r.ms is not None]
+            ref_cand, ref_name, ref_ms = MEASURED[group]["plan"]
+            ref = rows.get((ref_cand, "tessel"))
+            cands, (hf, hb) = head_ms(prof, entry["memory_bytes"], Links(NVLINK.bandwidth, NVLINK.latency, ov))
+            mf, mb = MEASURED[group]["H"]
+            extra = ""
+            if "B0" in MEASURED[group] and "mshape-H" in cands:
+                extra = f"; mshape-H's B0 {fmt(block_ms(cands['mshape-H'].text, 'F0')[1])} " \
+                        f"({MEASURED[group]['B0']})"
+            lines.append(f"| {group} | {label} | {res.best.schedule} on {res.best.candidate}, {fmt(res.best.ms)} | "
+                         f"{', '.join(f'{r.candidate} {fmt(r.ms)}' for r in tessel)} | "
+                         f"{ref_cand} {fmt(ref and ref.ms)} ({ref_name}: {ref_ms}) | "
+                         f"{fmt(hf)} / {fmt(hb)} ({mf} / {mb}){extra} | {cpu:.1f} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
+def split_check_table(repeats: int = 21) -> list[str]:
+    """On this CPU: each layer's I + W as the profiler now times them against its unsplit backward,
+    for the shipped GPT and a Llama (transformers, random weights), hidden 256, sequence 128."""
+    import torch
+
+    from tessel_dsl.executor.models.gpt import GPT, Config
+    from tessel_dsl.placement.profile import profile_model
+
+    torch.manual_seed(0)
+    models = [("GPT (tessel_dsl.executor.models.gpt)",
+               GPT(Config.of({"vocab": 1024, "hidden": 256, "heads": 4, "layers": 2, "seq": 128, "batch": 1})))]
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        models.append(("LlamaForCausalLM", LlamaForCausalLM(LlamaConfig(
+            vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=128, use_cache=False, tie_word_embeddings=False))))
+    except ImportError:
+        pass
+    lines = ["| model | unit | F ms | I ms | W ms | I + W ms | unsplit B ms | (I + W) / B |", "|---|---|---|---|---|---|---|---|"]
+    for name, model in models:
+        profile_model(model, torch.randint(0, 1024, (1, 128)), device="cpu", repeats=3, warmup=1)  # first calls
+        prof = profile_model(model, torch.randint(0, 1024, (1, 128)), device="cpu", repeats=repeats, warmup=3)
+        for u in prof.units:
+            if u.kind != "layer":
+                continue
+            iw = u.input_grad + u.weight_grad
+            lines.append(f"| {name} | {u.name} | {u.forward * 1e3:.2f} | {u.input_grad * 1e3:.2f} | "
+                         f"{u.weight_grad * 1e3:.2f} | {iw * 1e3:.2f} | {u.unsplit_backward * 1e3:.2f} | "
+                         f"{iw / u.unsplit_backward:.3f} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--devices", type=int, nargs="*", default=[4])
     p.add_argument("--timing", type=int, nargs="*", default=[])
+    p.add_argument("--gpu-profile", type=Path, default=None,
+                   help="bench/gpu_zb.py's profile JSON: plan the GPTs from its units profiled on 4 x H200")
+    p.add_argument("--split-check", action="store_true", help="each layer's I + W against its unsplit backward")
     args = p.parse_args()
     torch_threads()
+    if args.split_check:
+        print("\n".join(split_check_table()))
+        return
+    if args.gpu_profile:
+        print("\n".join(gpu_profile_table(args.gpu_profile)))
+        return
     if args.devices:
         print("\n".join(choice_table(args.devices)))
     if args.timing:

@@ -49,6 +49,14 @@ def plan(
     device: Optional[str] = typer.Option(None, "--device", help="Where to profile: cpu, cuda or cuda:N "
                                                                 "(default: cuda if available)."),
     repeats: int = typer.Option(5, "--repeats", min=1, help="Timed runs per unit; the median is kept."),
+    link_bandwidth: Optional[str] = typer.Option(None, "--link-bandwidth", help="Bytes per second a device sends "
+                                                 "at, for a spread block's collectives, e.g. 300GB (default: "
+                                                 "300GB on a GPU, 2GB on the CPU)."),
+    link_latency: Optional[float] = typer.Option(None, "--link-latency", min=0.0, help="Seconds per message or "
+                                                 "collective step (default: 20e-6 on a GPU, 100e-6 on the CPU)."),
+    spread_overhead: Optional[float] = typer.Option(None, "--spread-overhead", min=0.0, help="Seconds a block "
+                                                    "spread over devices takes per micro-batch, forward and "
+                                                    "backward each, beyond compute and collectives (default 0)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o",
                                           help="The plan to write (default: plan.json here); its spec (.tsl) "
                                                "and binding (.blocks.json) go beside it."),
@@ -75,7 +83,8 @@ def plan(
     say = None if as_json else (lambda m: err_console.print(f"[dim]{m}[/]", highlight=False))
     res = plan_model(net, batch, devices=devices, memory=memory, reserve=reserve, microbatches=microbatches,
                      time_limit=time_limit, output=output or Path("plan.json"), device=device, repeats=repeats,
-                     profile=saved, progress=say)
+                     profile=saved, progress=say, link_bandwidth=link_bandwidth, link_latency=link_latency,
+                     spread_overhead=spread_overhead)
     files = {k: str(v) for k, v in res.files.items()}
     if as_json:
         rows = [{"candidate": r.candidate, "schedule": r.schedule, "ms": r.ms, "gb_per_device": list(r.gb),

@@ -44,7 +44,9 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
                microbatches: int | None = None, budget: float | None = None, output: str | os.PathLike | None = None,
                device=None, repeats: int = 5, warmup: int = 2, units: list[list[str]] | None = None,
                baselines: bool = True, profile: Profile | None = None, progress=None,
-               time_limit: float | None = None) -> PlanResult:
+               time_limit: float | None = None, link_bandwidth: str | float | None = None,
+               link_latency: float | None = None, spread_overhead: float | None = None,
+               dense_embedding_grad: bool = True) -> PlanResult:
     """Profile `model` on `example_batch` (one micro-batch of what its forward takes), generate the
     candidate placements over `devices` devices with `memory` each (less `reserve`: CUDA context,
     buffers), search each against the baselines and return the shortest plan that fits.
@@ -56,7 +58,13 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     `budget` is its former name, still accepted. With
     `output` (``plan.json``), writes the plan there, its spec beside it (``plan.tsl``) and the
     binding (``plan.blocks.json``, which ``Pipeline("plan.json", model, loss_fn)`` reads from beside
-    the plan). A `profile` given is used instead of profiling.
+    the plan). A `profile` given is used instead of profiling. `link_bandwidth` (bytes per second
+    a device sends at: a number or ``300GB``) and `link_latency` (seconds per message or collective
+    step) time the collectives of blocks spread over devices; each defaults to
+    `costs.default_links` for the device profiled on. `spread_overhead` (seconds, default 0) is
+    added to each spread block's forward and backward per micro-batch: what such a block was
+    measured to take beyond its compute and collectives. `dense_embedding_grad=False` costs a
+    spread embedding's weight gradient over D (see `candidates.candidates`).
     """
     from tessel_dsl.placement.candidates import candidates
     from tessel_dsl.placement.choose import choose
@@ -74,8 +82,9 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
         if progress:
             progress("profiling")
         profile = profile_model(model, example_batch, device=device, repeats=repeats, warmup=warmup, units=units)
+    links = _links(profile.device, link_bandwidth, link_latency, spread_overhead)
     try:
-        cands = candidates(profile, devices, capacity, n)
+        cands = candidates(profile, devices, capacity, n, links=links, dense_embedding_grad=dense_embedding_grad)
     except ValueError as e:
         raise TesselError(str(e)) from None
     if budget is not None and time_limit is not None:
@@ -93,6 +102,19 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     if output is not None:
         files = write(plan, cand.text, cand.blocks, Path(output), profile)
     return PlanResult(plan, outcome, profile, cand.blocks, cand.text, files)
+
+
+def _links(device: str, bandwidth, latency, overhead=None):
+    from tessel_dsl.placement.costs import Links, default_links
+
+    base = default_links(device)
+    bw = base.bandwidth if bandwidth is None else (
+        float(bandwidth) if isinstance(bandwidth, (int, float)) else parse_bytes(bandwidth, "link bandwidth"))
+    lat = base.latency if latency is None else float(latency)
+    try:
+        return Links(bw, lat, float(overhead or 0.0))
+    except ValueError as e:
+        raise TesselError(str(e)) from None
 
 
 def paths(output: Path) -> dict[str, Path]:

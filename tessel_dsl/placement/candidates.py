@@ -9,9 +9,15 @@ submodule binding `Pipeline` takes.
   backward, ZB-V's placement;
 * ``mshape-E``, ``mshape-H``, ``mshape-EH``: the embedding, the head (with the final norm), or both
   tensor-parallel over all devices and the rest a balanced chain -- only when their time or their
-  weights are a large share of a stage's, where spreading them is worth asking about. Their
-  costs are the profile's divided by D (ideal sharding); `Pipeline` runs them sharded when given
-  the DTensor plans of `tessel_dsl.placement.tp.tp_plans` (`tp=`), replicated otherwise.
+  weights are a large share of a stage's, where spreading them is worth asking about. `Pipeline`
+  runs them sharded when given the DTensor plans of `tessel_dsl.placement.tp.tp_plans` (`tp=`),
+  replicated otherwise. Their costs are what one device runs of them as sharded there (`Group`:
+  the sharded units' work over D, the final norm whole, the embedding's dense weight gradient
+  whole) plus their collectives per micro-batch from a link model (`spread_comm`, `costs.Links`).
+
+A block holding the head also holds the loss: the profile's cross entropy on the logits is added
+to its forward and to its input gradient. An unsplit backward costs the measured unsplit backward
+where the profile has one, else input + weight gradient.
 
 Each device's `reserve` is the weights, gradients and optimizer state of what it holds, so the
 search sees the room really left for activations.
@@ -23,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 
 from tessel_dsl.interop.profiled_spec import nice_floor
-from tessel_dsl.placement.costs import ADAM_BYTES_PER_PARAM, Profile, Unit
+from tessel_dsl.placement.costs import ADAM_BYTES_PER_PARAM, Links, Profile, Unit, default_links
 from tessel_dsl.units import round_units
 
 # Largest action of a candidate in time units: fine enough to rank candidates within a few per
@@ -36,32 +42,62 @@ MAX_CHUNKS = 4
 SPREAD_SHARE = 0.25
 
 
+# Units a spread block shards (`tp.tp_plans`: the embeddings by vocabulary rows, the head by
+# vocabulary columns); any other unit of the block (the final norm) runs whole on each device.
+SHARDED = ("embedding", "head")
+
+
 @dataclass(frozen=True)
 class Group:
-    """One forward block: units on devices (split evenly over them when there are several)."""
+    """One forward block: units on devices. On several devices its embedding and head are
+    sharded over them and the rest runs whole on each; `comm_forward` and `comm_backward` are the
+    seconds its collectives take per micro-batch (`spread_comm`)."""
 
     name: str
     units: tuple[Unit, ...]
     devices: tuple[int, ...]
+    comm_forward: float = 0.0
+    comm_backward: float = 0.0
+    dense_grad: bool = True     # a spread embedding's weight gradient built whole on each device
 
-    def _share(self, x: float) -> float:
+    def _part(self, u: Unit, x: float, whole_on_each: bool = False) -> float:
+        """What one device runs of `x`, a time of unit `u`."""
+        if len(self.devices) == 1 or u.kind not in SHARDED or whole_on_each:
+            return x
         return x / len(self.devices)
+
+    def _dense(self, u: Unit) -> bool:
+        # RowwiseParallel's backward for an embedding builds the whole table's gradient on every
+        # device and keeps its rows (torch 2.11-2.13; executor/models/common.py measured 4 ms a
+        # micro-batch for a 512k x 4096 table): its weight gradient does not shrink.
+        return self.dense_grad and u.kind == "embedding"
 
     @property
     def forward(self) -> float:
-        return self._share(sum(u.forward for u in self.units))
+        return sum(self._part(u, u.forward + u.loss_forward) for u in self.units) + self.comm_forward
 
     @property
     def input_grad(self) -> float:
-        return self._share(sum(u.input_grad for u in self.units))
+        return sum(self._part(u, u.input_grad + u.loss_backward) for u in self.units) + self.comm_backward
 
     @property
     def weight_grad(self) -> float:
-        return self._share(sum(u.weight_grad for u in self.units))
+        return sum(self._part(u, u.weight_grad, self._dense(u)) for u in self.units)
+
+    @property
+    def backward(self) -> float:
+        """One unsplit backward (the measured one where the profile has it)."""
+        if not all(u.unsplit_backward for u in self.units):
+            return self.input_grad + self.weight_grad
+        return sum(self._part(u, u.unsplit_backward + u.loss_backward, self._dense(u)) for u in self.units) \
+            + self.comm_backward
 
     @property
     def activation_bytes(self) -> float:
         return self._share(sum(u.activation_bytes for u in self.units) + self.units[0].input_bytes)
+
+    def _share(self, x: float) -> float:
+        return x / len(self.devices)
 
     def state_bytes(self, per_param: int) -> float:
         return self._share(sum(u.state_bytes(per_param) for u in self.units))
@@ -69,6 +105,30 @@ class Group:
     @property
     def modules(self) -> list[str]:
         return [m for u in self.units for m in u.modules]
+
+
+def spread_comm(units: tuple[Unit, ...], devices: int, links: Links, tokens: int,
+                out_bytes: int = 0) -> tuple[float, float]:
+    """Seconds of the collectives a block spread over `devices` runs per micro-batch, forward and
+    backward, as `Pipeline` runs it with `tp.tp_plans` (executor/models/common.py has the same):
+
+    * a head block: its input (the last stage's output) sent to every other device; the vocabulary
+      -parallel cross entropy (``loss_parallel``): three all-reduces of one fp32 number a token (the
+      logits' maximum, the sum of exponentials, the target's logit); backward: the input gradient,
+      partial on every device, all-reduced;
+    * an embedding block: the partial lookups all-reduced into the output (`out_bytes`); backward:
+      the output's gradient sent from the first stage's device to every other;
+
+    and `links.block_overhead` each way.
+    """
+    if devices < 2:
+        return 0.0, 0.0
+    extra = links.block_overhead
+    if any(u.kind == "head" for u in units):
+        x = units[0].input_bytes
+        fwd = links.broadcast(x, devices) + 3 * links.all_reduce(4 * tokens, devices)
+        return fwd + extra, links.all_reduce(x, devices) + extra
+    return links.all_reduce(out_bytes, devices) + extra, links.broadcast(out_bytes, devices) + extra
 
 
 @dataclass(frozen=True)
@@ -138,7 +198,7 @@ class _Writer:
     def __init__(self, name: str, groups: list[Group], devices: int, capacity: int, microbatches: int,
                  split: bool, per_param: int, header: str, shared: list[tuple[str, str, int]] = ()):
         self.groups, self.split = groups, split
-        longest = max(max(g.forward, g.input_grad + g.weight_grad) for g in groups)
+        longest = max(max(g.forward, g.input_grad + g.weight_grad, g.backward) for g in groups)
         self.t_res = max(1, round(nice_floor(max(longest, 1e-9) / TIME_STEPS) * 1e9))  # ns
         biggest = max(g.activation_bytes for g in groups)
         self.m_res = max(1, int(nice_floor(max(biggest, 1.0) / MEMORY_STEPS)))
@@ -188,7 +248,7 @@ class _Writer:
                                f"I{g.name[1:]} -> W{g.name[1:]}"]
             else:
                 self.lines.append(f"forward {g.name} on {on(g)} time {self.time(g.forward)} memory {self.mem(a)} "
-                                  f"grad time {self.time(g.input_grad + g.weight_grad)}")
+                                  f"grad time {self.time(g.backward)}")
         names = [g.name for g in self.groups]
         self.lines.append("")
         self.lines += [f"{a} -> {b}" for a, b in itertools.pairwise(names)]
@@ -247,8 +307,13 @@ def _chain_groups(units: list[Unit], parts: int, device_of) -> list[Group]:
 
 
 def candidates(profile: Profile, devices: int, capacity_bytes: int, microbatches: int, *,
-               per_param: int = ADAM_BYTES_PER_PARAM, max_chunks: int = MAX_CHUNKS) -> list[Candidate]:
-    """Every candidate placement of `profile` over `devices` devices with `capacity_bytes` each."""
+               per_param: int = ADAM_BYTES_PER_PARAM, max_chunks: int = MAX_CHUNKS,
+               links: Links | None = None, dense_embedding_grad: bool = True) -> list[Candidate]:
+    """Every candidate placement of `profile` over `devices` devices with `capacity_bytes` each;
+    `links` times a spread block's collectives (default: `costs.default_links` for the device the
+    profile was measured on). `dense_embedding_grad` (as `tp.tp_plans` shards an embedding) costs
+    a spread embedding's weight gradient whole on each device; False, over D (an embedding whose
+    backward builds only its own rows' gradient, as executor.models.common's does)."""
     units = list(profile.units)
     if devices > len(units):
         raise ValueError(f"{devices} devices but only {len(units)} units to place: use at most {len(units)}")
@@ -266,11 +331,14 @@ def candidates(profile: Profile, devices: int, capacity_bytes: int, microbatches
             out.append(make(f"interleaved-{c}", _chain_groups(units, D * c, lambda k: k % D), False))
     if 2 * D <= len(units):
         out.append(make("v-split", _chain_groups(units, 2 * D, lambda k: k if k < D else 2 * D - 1 - k), True))
-    out += _mshapes(units, D, make, per_param)
+    links = links or default_links(profile.device)
+    out += _mshapes(units, D, make, per_param, links, math.prod(profile.batch_shape) if profile.batch_shape else 1,
+                    dense_embedding_grad)
     return out
 
 
-def _mshapes(units: list[Unit], D: int, make, per_param: int) -> list[Candidate]:
+def _mshapes(units: list[Unit], D: int, make, per_param: int, links: Links, tokens: int,
+             dense: bool) -> list[Candidate]:
     """The embedding and/or the head spread over all devices, the rest a balanced chain."""
     stage_time = sum(u.time for u in units) / D
     stage_state = sum(u.state_bytes(per_param) for u in units) / D
@@ -292,8 +360,11 @@ def _mshapes(units: list[Unit], D: int, make, per_param: int) -> list[Candidate]
         rest = units[len(embed) if e else 0:k if h else len(units)]
         if len(rest) < D:
             continue
-        groups = ([Group("E", tuple(embed), every)] if e else []) + _chain_groups(rest, D, lambda i: i)
+        groups = _chain_groups(rest, D, lambda i: i)
+        if e:
+            groups.insert(0, Group("E", tuple(embed), every,
+                                   *spread_comm(tuple(embed), D, links, tokens, rest[0].input_bytes), dense))
         if h:
-            groups.append(Group("H", tuple(head), every))
+            groups.append(Group("H", tuple(head), every, *spread_comm(tuple(head), D, links, tokens)))
         out.append(make(f"mshape-{tag}", groups, False, tuple(n for n, on in (("E", e), ("H", h)) if on)))
     return out

@@ -1,5 +1,5 @@
-"""Profile a model's units on one example micro-batch: forward, input-gradient and weight-gradient
-time, activation bytes, parameter bytes.
+"""Profile a model's units on one example micro-batch: forward, input-gradient, weight-gradient and
+unsplit backward time, the loss on the head's output, activation bytes, parameter bytes.
 
 Each submodule is called once in a whole forward to capture the arguments it really gets (hidden
 states, rotary tables, masks), then re-run alone on copies of them, timed with the executor's
@@ -8,6 +8,13 @@ median of `repeats` after `warmup`). An argument that required a gradient in the
 (it depends on earlier parameters) is what the unit differentiates for its input gradient; the
 rest are recomputed by every stage. Activation bytes count, as the executor's profiler does, the
 distinct storages autograd saves plus the outputs, parameters excluded.
+
+The backward is timed as the executor runs it: the input gradient and the weight gradient by the
+executor's own split (`executor.split_backward`: the weight pass starts from the gradients the
+input pass kept, so I + W is one backward's work, not one and a half), and the unsplit backward
+as one `torch.autograd.backward`. Parameters already hold a gradient while they are timed, as
+from a pipeline's second micro-batch on, so each weight gradient includes its accumulation into
+`.grad` -- for a large embedding, a table-sized read and write every micro-batch.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from torch.utils import _pytree as pytree
 
 from tessel_dsl.errors import TesselError
 from tessel_dsl.executor.measure import _Timer
+from tessel_dsl.executor.split_backward import backward_input
 from tessel_dsl.placement.costs import Profile, Unit
 from tessel_dsl.placement.discover import discover, tied_sizes, tied_units
 
@@ -95,40 +103,88 @@ class _Alone:
         skip |= {t.untyped_storage().data_ptr() for t in self.inputs}
         return _storage_bytes(saved + outs, skip)
 
-    def times(self, timer: _Timer, repeats: int, warmup: int) -> tuple[float, float, float]:
+    def times(self, clock, repeats: int, warmup: int) -> tuple[float, float, float, float]:
+        """Median forward, input-gradient, weight-gradient and unsplit-backward time."""
         def fwd():
             with torch.enable_grad():
                 self.forward()
 
         for _ in range(warmup):
             fwd()
-        f = statistics.median(timer.once(fwd) for _ in range(repeats))
-        ig, wg = [], []
+        f = statistics.median(clock(fwd) for _ in range(repeats))
+        kept = [p.grad for p in self.params]
+        for p in self.params:  # accumulate, as every micro-batch after a step's first does
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        try:
+            return (f, *self._backward_times(clock, repeats, warmup))
+        finally:
+            for p, g in zip(self.params, kept):
+                p.grad = g
+            for t in self.inputs:
+                t.grad = None
+
+    def _backward_times(self, clock, repeats: int, warmup: int) -> tuple[float, float, float]:
+        ig, wg, whole = [], [], []
         for i in range(warmup + repeats):
-            with torch.enable_grad():
-                outs = [o for o in self.forward() if o.is_floating_point() and o.requires_grad]
+            outs, grads = self._seeded()
             if not outs:
-                return f, 0.0, 0.0
-            grads = [torch.randn_like(o) for o in outs]
-            t_i = timer.once(lambda o=outs, g=grads: torch.autograd.grad(o, self.inputs, g, retain_graph=True,
-                                                                         allow_unused=True) if self.inputs else None)
-            t_w = timer.once(lambda o=outs, g=grads: torch.autograd.grad(o, self.params, g, allow_unused=True)
-                             if self.params else None)
+                return 0.0, 0.0, 0.0
+            pending = []
+            t_i = clock(lambda o=outs, g=grads: pending.append(backward_input(o, g, self.inputs, self.params)[1]))
+            t_w = clock(lambda: pending[0].run())
+            outs, grads = self._seeded()
+            for t in self.inputs:  # a received input arrives without a gradient
+                t.grad = None
+            t_b = clock(lambda o=outs, g=grads: torch.autograd.backward(o, g))
             if i >= warmup:
                 ig.append(t_i if self.inputs else 0.0)
                 wg.append(t_w)
-        return f, statistics.median(ig), statistics.median(wg)
+                whole.append(t_b)
+        return statistics.median(ig), statistics.median(wg), statistics.median(whole)
+
+    def _seeded(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        with torch.enable_grad():
+            outs = [o for o in self.forward() if o.is_floating_point() and o.requires_grad]
+        return outs, [torch.randn_like(o) for o in outs]
+
+    def loss_times(self, clock, repeats: int, warmup: int) -> tuple[float, float]:
+        """A cross entropy over the unit's output taken as logits (the last dimension the
+        classes), forward and backward: what the block holding the head runs besides the head."""
+        with torch.no_grad():
+            outs = [o for o in self.forward() if o.is_floating_point()]
+        if not outs or outs[0].dim() < 2 or outs[0].shape[-1] < 2:
+            return 0.0, 0.0
+        logits = outs[0].detach().requires_grad_(True)
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        labels = torch.randint(logits.shape[-1], logits.shape[:-1], generator=gen).to(logits.device)
+
+        def loss():
+            return nn.functional.cross_entropy(logits.float().flatten(0, -2), labels.flatten())
+
+        for _ in range(warmup):
+            torch.autograd.grad(loss(), logits)
+        f = statistics.median(clock(loss) for _ in range(repeats))
+        b = []
+        for _ in range(repeats):
+            with torch.enable_grad():
+                value = loss()
+            b.append(clock(lambda v=value: torch.autograd.grad(v, logits)))
+        return f, statistics.median(b)
 
 
 def profile_model(model: nn.Module, example_batch, *, device: str | torch.device | None = None,
                   repeats: int = 5, warmup: int = 2,
-                  units: list[list[str]] | None = None) -> Profile:
+                  units: list[list[str]] | None = None, clock=None) -> Profile:
     """Profile `model`'s units on `example_batch`, one micro-batch of what `model.forward` takes (a
     tensor, a tuple of arguments or a dict of keyword arguments). The model is moved to `device`
     (default: the GPU when there is one, else the CPU); the same code runs on either.
 
     `units` names the units' submodules yourself (each a list of names, in forward order); by
     default they are found from the module tree (`tessel_dsl.placement.discover`).
+
+    `clock(fn)` runs `fn` once and returns what it cost (default: its seconds on the device); a
+    clock that counts work instead (FLOPs, operators) gives a profile in that measure.
     """
     t0 = time.perf_counter()
     dev = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -141,13 +197,13 @@ def profile_model(model: nn.Module, example_batch, *, device: str | torch.device
         # a key/value cache object in the arguments would chain every re-run's graph to the last
         config.use_cache = False
     try:
-        return _profile(model, dev, batch, args, kwargs, units, repeats, warmup, t0)
+        return _profile(model, dev, batch, args, kwargs, units, repeats, warmup, t0, clock)
     finally:
         if cache:
             config.use_cache = True
 
 
-def _profile(model, dev, batch, args, kwargs, units, repeats, warmup, t0) -> Profile:
+def _profile(model, dev, batch, args, kwargs, units, repeats, warmup, t0, clock) -> Profile:
     if units is None:
         found = discover(model, args, kwargs)
     else:
@@ -157,22 +213,24 @@ def _profile(model, dev, batch, args, kwargs, units, repeats, warmup, t0) -> Pro
     missing = [n for n in names if n not in calls]
     if missing:
         raise TesselError(f"the forward never calls {missing}")
-    timer = _Timer(dev)
+    clock = clock or _Timer(dev).once
     out: list[Unit] = []
     for name, kind, mods in found:
-        fw = ig = wg = 0.0
+        fw = ig = wg = whole = lf = lb = 0.0
         act = inp = pbytes = params = 0
         for k, f in enumerate(mods):
             run = _Alone(model.get_submodule(f), calls[f])
-            a, b, c = run.times(timer, repeats, warmup)
-            fw, ig, wg = fw + a, ig + b, wg + c
+            a, b, c, d = run.times(clock, repeats, warmup)
+            fw, ig, wg, whole = fw + a, ig + b, wg + c, whole + d
+            if kind == "head" and k == len(mods) - 1:
+                lf, lb = run.loss_times(clock, repeats, warmup)
             act += run.activation_bytes()
             if k == 0:
                 inp = sum(t.numel() * t.element_size() for t in run.inputs)
             ps = list(run.module.parameters())
             pbytes += sum(p.numel() * p.element_size() for p in ps)
             params += sum(p.numel() for p in ps)
-        out.append(Unit(name, mods, fw, ig, wg, act, inp, pbytes, params, kind))
+        out.append(Unit(name, mods, fw, ig, wg, act, inp, pbytes, params, kind, whole, lf, lb))
     shape = next((tuple(t.shape) for t in pytree.tree_leaves(batch) if isinstance(t, torch.Tensor)), ())
     tied = tied_units(model, found)
     sizes = tied_sizes(model, found, tied)
