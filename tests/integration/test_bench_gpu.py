@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 def test_gpu4_two_branch_rows_run_and_record_block_times(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("on a GPU machine this would be the real, long benchmark")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")  # tiny models: one thread each
     out = subprocess.run([sys.executable, "gpu4.py", "--devices", "2", "--only", "branches", "--n-infer", "1",
                           "--out", str(tmp_path)], cwd=ROOT / "bench", env=env, capture_output=True, text=True,
                          timeout=300)
@@ -40,7 +40,7 @@ def test_gpu8_data_parallel_rows_agree_under_one_launcher_and_two_torchrun_agent
     give the same first-iteration loss, and each row carries its measured and replayed wait."""
     if torch.cuda.is_available():
         pytest.skip("on a GPU machine this would be the real, long benchmark")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")  # tiny models: one thread each
     out = subprocess.run([sys.executable, "gpu8.py", "--devices", "4", "--only", "train", "--steps", "1",
                           "--warmup", "0", "--out", str(tmp_path)], cwd=ROOT / "bench", env=env, capture_output=True,
                          text=True, timeout=300)
