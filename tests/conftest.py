@@ -21,10 +21,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_runtest_setup(item):
-    # The tests' models are tiny: torch's intra-op thread pool costs far more than it saves, most
-    # of all on a machine of two cores. The one-process references ran 28 s of CPU for 20 steps
-    # of the test Llama on two threads, 1.4 s on one, with the same losses. Ranks run one
-    # thread each already (run_ranks, rank.py); this is the test process itself.
+    # The tests' models are tiny: torch's intra-op thread pool costs more than it saves, most of
+    # all on a busy machine of two cores: the one-process reference ran 28 s of CPU for 20 steps
+    # of the test Llama on two threads, 1.4 s on one, with the same losses (load average about 7).
+    # Ranks run one thread each already (run_ranks, rank.py); this is the test process itself.
     torch = sys.modules.get("torch")
     if torch is not None and torch.get_num_threads() != 1:
         torch.set_num_threads(1)
