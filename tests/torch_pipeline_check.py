@@ -1,6 +1,6 @@
 """Run a PyTorch pipeline CSV with torch's own runtime and compare it with a single process.
 
-Used by tests/unit/test_torch_csv.py: `run_pipeline` spawns one gloo process per rank, each builds the
+Used by tests/integration/test_torch_csv_runtime.py: `run_pipeline` forks one gloo process per rank, each builds the
 same tiny Linear stages (fixed seed), loads the CSV into `_PipelineScheduleRuntime` and runs one
 step; `reference` runs the whole model in one process. Checked with torch 2.13.
 """
@@ -76,8 +76,9 @@ def run_pipeline(csv_path: str, ranks: list[int], microbatches: int, fmt: str = 
     world = max(ranks) + 1
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
-        mp.spawn(_worker, args=(world, csv_path, fmt, ranks, microbatches, init_file, tmp),
-                 nprocs=world, join=True)
+        # Forked, as run_ranks forks CPU ranks: a spawned rank would import torch again (seconds each).
+        mp.start_processes(_worker, args=(world, csv_path, fmt, ranks, microbatches, init_file, tmp),
+                           nprocs=world, join=True, start_method="fork")
         results = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(world)]
     losses = results[ranks[-1]]["losses"]
     grads: dict[int, list[torch.Tensor]] = {}

@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 def test_gpu4_two_branch_rows_run_and_record_block_times(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("on a GPU machine this would be the real, long benchmark")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TESSEL_BENCH_PLANS=str(tmp_path / "plans"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TESSEL_BENCH_PLANS=str(tmp_path / "plans"),
+               OMP_NUM_THREADS="1")  # tiny models: one thread each
     # Hand-set block times stand in for a GPU run's (the profiled K-shape's costs).
     (tmp_path / "run.json").write_text(json.dumps({"k_gpipe_32": {"block_seconds": {"F0": 0.002, "F1": 0.003,
                                                                                       "J": 0.004}}}))
@@ -49,7 +50,8 @@ def test_gpu8_data_parallel_rows_agree_under_one_launcher_and_two_torchrun_agent
     give the same first-iteration loss, and each row carries its measured and replayed wait."""
     if torch.cuda.is_available():
         pytest.skip("on a GPU machine this would be the real, long benchmark")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TESSEL_BENCH_PLANS=str(tmp_path / "plans"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TESSEL_BENCH_PLANS=str(tmp_path / "plans"),
+               OMP_NUM_THREADS="1")  # tiny models: one thread each
     for extra in (["--make-plans"], ["--steps", "1", "--warmup", "0", "--out", str(tmp_path)]):
         out = subprocess.run([sys.executable, "gpu8.py", "--devices", "4", "--only", "train", *extra], cwd=ROOT / "bench",
                              env=env, capture_output=True, text=True, timeout=300)
