@@ -198,25 +198,28 @@ def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
              "side.\n\n" + _BASELINE_HELP)
 def compare(
     specs: Optional[list[Path]] = typer.Argument(None, help="Specs (.tsl) or plan files (plan.json) to compare on."),
-    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1, metavar="N",
                                                help="Micro-batches N (default: each spec's N)."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a spec parameter: --set K=V."),
-    mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (default: the spec's)."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", metavar="K=V",
+                                             help="Override a spec parameter (repeatable)."),
+    mode: Optional[str] = typer.Option(None, "--mode", metavar="train|infer", help="Override the spec's mode."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of tables."),
     to: bool = typer.Option(False, "--to", help="Also solve the time-optimal schedule (TO; small N only)."),
-    to_effort: float = typer.Option(TO_EFFORT, "--to-effort", min=0.001,
+    to_effort: float = typer.Option(TO_EFFORT, "--to-effort", min=0.001, metavar="E",
                                     help="Deterministic solver budget of the TO solve (CP-SAT deterministic time, "
                                          "about seconds of one core): the same TO on every run."),
-    to_limit: Optional[float] = typer.Option(None, "--to-limit", min=0.1,
+    to_limit: Optional[float] = typer.Option(None, "--to-limit", min=0.1, metavar="SECONDS",
                                              help="Also a wall-clock limit on the TO solve, seconds (the result "
                                                   "then depends on the machine and its load)."),
-    schedule: Optional[list[str]] = typer.Option(None, "--schedule", "-s",
-                                                 help=f"Only these: {_SCHEDULE_NAMES} (repeatable)."),
-    solver: str = typer.Option("auto", "--solver", help="auto, cpsat or z3 (Tessel search and TO)."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.1,
+    schedule: Optional[list[str]] = typer.Option(None, "--schedule", "-s", metavar="NAME",
+                                                 help=f"Only these (repeatable): {_SCHEDULE_NAMES}."),
+    solver: str = typer.Option("auto", "--solver", metavar="auto|cpsat|z3",
+                               help="Constraint solver of the Tessel search and TO (auto = `cpsat`)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.1, metavar="SECONDS",
                                                help="Time limit of the Tessel search, seconds."),
     table3: bool = typer.Option(False, "--table3", help="Reproduce the paper's Table 3 from --specs-dir."),
-    specs_dir: Path = typer.Option(Path("specs"), "--specs-dir", help="Where --table3 finds the shipped specs."),
+    specs_dir: Path = typer.Option(Path("specs"), "--specs-dir", metavar="DIR",
+                                   help="Where --table3 finds the shipped specs."),
 ) -> None:
     """Makespan, bubble, steady-state period and peak memory of each schedule, side by side."""
     from tessel_dsl.search.baselines.compare import SCHEDULES

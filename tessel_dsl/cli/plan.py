@@ -30,37 +30,49 @@ def example_batch(model, shape: tuple[int, ...]):
 
 @app.command()
 def plan(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Factory of the nn.Module as MODULE:FACTORY."),
-    profile: Optional[Path] = typer.Option(None, "--profile", help="Plan from a saved profile (the "
-                                                                  "<plan>.profile.json a run wrote, e.g. on a GPU "
-                                                                  "machine) instead of profiling --model."),
-    devices: int = typer.Option(..., "--devices", "-d", min=1, help="Pipeline devices."),
-    memory: str = typer.Option("80GB", "--memory", help="Memory per device, e.g. 80GB."),
-    reserve: str = typer.Option("0", "--reserve", help="Memory per device taken before training (CUDA "
-                                                       "context, buffers), e.g. 4GB."),
-    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
+    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="MODULE:FACTORY",
+                                        help="A function returning the `nn.Module` (e.g. a Hugging Face "
+                                             "`LlamaForCausalLM` built from its config)."),
+    profile: Optional[Path] = typer.Option(None, "--profile", metavar="FILE",
+                                           help="Plan from a saved profile (the `<plan>.profile.json` a run wrote, "
+                                                "e.g. on a GPU machine) instead of profiling --model."),
+    devices: int = typer.Option(..., "--devices", "-d", min=1, metavar="D", help="Pipeline devices."),
+    memory: str = typer.Option("80GB", "--memory", metavar="SIZE",
+                               help="Memory per device, e.g. 80GB; --reserve is taken off it first."),
+    reserve: str = typer.Option("0", "--reserve", metavar="SIZE",
+                                help="Memory per device taken before training (CUDA context, buffers), e.g. 4GB."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1, metavar="N",
                                                help="Micro-batches per iteration (default: 4 x devices)."),
-    batch_shape: str = typer.Option("1x128", "--batch-shape", help="One micro-batch of token ids, e.g. 2x128."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", "--budget", min=0.01,
-                                               help="Wall-clock seconds for all the searches together (the "
-                                                    "plan may then differ between runs). Default: none; every "
-                                                    "solve has a deterministic budget, so the same profile and "
-                                                    "options give the same plan."),
-    device: Optional[str] = typer.Option(None, "--device", help="Where to profile: cpu, cuda or cuda:N "
-                                                                "(default: cuda if available)."),
-    repeats: int = typer.Option(5, "--repeats", min=1, help="Timed runs per unit; the median is kept."),
-    link_bandwidth: Optional[str] = typer.Option(None, "--link-bandwidth", help="Bytes per second a device sends "
-                                                 "at, for a spread block's collectives, e.g. 300GB (default: "
-                                                 "300GB on a GPU, 2GB on the CPU)."),
-    link_latency: Optional[float] = typer.Option(None, "--link-latency", min=0.0, help="Seconds per message or "
-                                                 "collective step (default: 20e-6 on a GPU, 100e-6 on the CPU)."),
-    spread_overhead: Optional[float] = typer.Option(None, "--spread-overhead", min=0.0, help="Seconds a block "
-                                                    "spread over devices takes per micro-batch, forward and "
-                                                    "backward each, beyond compute and collectives (default 0)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="The plan to write (default: plan.json here); its spec (.tsl) "
-                                               "and binding (.blocks.json) go beside it."),
-    as_json: bool = typer.Option(False, "--json", help="Print the table and the choice as JSON."),
+    batch_shape: str = typer.Option("1x128", "--batch-shape", metavar="BxT",
+                                    help="One micro-batch of token ids to profile with, e.g. 2x128 (ids below "
+                                         "`config.vocab_size`)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", "--budget", min=0.01, metavar="S",
+                                               help="Wall-clock seconds for all the searches together, shared "
+                                                    "evenly (`--budget` is its former name). Without it every "
+                                                    "solve inside a search stops at its own deterministic budget, "
+                                                    "so the same profile and options give the same plan, byte for "
+                                                    "byte but the search's seconds, on a busy machine or an idle "
+                                                    "one; a memory-bound search can then take minutes. With it "
+                                                    "the plan may differ from run to run."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="cpu|cuda|cuda:N",
+                                         help="Where to profile (default: the GPU when there is one)."),
+    repeats: int = typer.Option(5, "--repeats", min=1, metavar="R", help="Timed runs per unit; the median is kept."),
+    link_bandwidth: Optional[str] = typer.Option(None, "--link-bandwidth", metavar="SIZE",
+                                                 help="Bytes per second a device sends at, for a spread block's "
+                                                      "collectives, e.g. 300GB (default: 300GB on a GPU, 2GB on "
+                                                      "the CPU)."),
+    link_latency: Optional[float] = typer.Option(None, "--link-latency", min=0.0, metavar="S",
+                                                 help="Seconds per message or collective step, for a spread "
+                                                      "block's collectives (default: 20e-6 on a GPU, 100e-6 on "
+                                                      "the CPU)."),
+    spread_overhead: Optional[float] = typer.Option(None, "--spread-overhead", min=0.0, metavar="S",
+                                                    help="Seconds a block spread over devices takes per "
+                                                         "micro-batch, forward and backward each, beyond compute "
+                                                         "and collectives (default 0)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="PATH",
+                                          help="The plan to write (default: `plan.json` here); its spec (.tsl), "
+                                               "binding (.blocks.json) and profile (.profile.json) go beside it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table, the choice and the files as JSON."),
 ) -> None:
     """Profile a model, generate candidate placements, search each against the baselines and write
     the shortest plan that fits memory, with its spec and block binding."""

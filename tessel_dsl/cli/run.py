@@ -52,21 +52,35 @@ def _plan_for(target: Path, set_: list[str] | None, microbatches: Optional[int],
 @app.command()
 def run(
     target: Path = typer.Argument(..., help="a plan.json, or a .tsl spec to search first"),
-    model: str = typer.Option(..., "--model", help="MODULE:FACTORY building each rank's blocks"),
-    model_arg: Optional[list[str]] = typer.Option(None, "--model-arg", help="K=V passed to the factory"),
-    nproc: Optional[int] = typer.Option(None, "--nproc", help="ranks to start (default: devices x replicas)"),
-    replicas: int = typer.Option(1, "--replicas", min=1, help="data-parallel copies of the plan (gradients averaged)"),
-    backend: Optional[str] = typer.Option(None, "--backend", help="gloo or nccl (default: nccl with enough GPUs)"),
+    model: str = typer.Option(..., "--model", metavar="MODULE:FACTORY",
+                              help="The function `factory(ctx, **model_args)` that builds a rank's blocks, called once per rank."),
+    model_arg: Optional[list[str]] = typer.Option(None, "--model-arg", metavar="K=V",
+                                                  help="Sizes for the factory, passed to it as keywords (repeatable)."),
+    nproc: Optional[int] = typer.Option(None, "--nproc", metavar="P",
+                                        help="Ranks to start: the plan's devices x replicas, which is also the "
+                                             "default."),
+    replicas: int = typer.Option(1, "--replicas", min=1, metavar="R",
+                                 help="R data-parallel copies of the plan on R x D ranks, replica k on micro-batches "
+                                      "`k*N .. k*N+N-1`, gradients averaged after each iteration; the report is "
+                                      "replica 0's."),
+    backend: Optional[str] = typer.Option(None, "--backend", metavar="gloo|nccl",
+                                          help="Communication backend (default: nccl when there are enough GPUs)."),
     blocking: Optional[bool] = typer.Option(None, "--blocking/--non-blocking",
-                                            help="send/recv mode; a plan file runs as it was lowered unless "
-                                                 "this asks for the other mode (then it is lowered again)"),
-    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", help="micro-batches per iteration"),
-    steps: int = typer.Option(3, "--steps", help="measured iterations"),
-    warmup: int = typer.Option(1, "--warmup", help="unmeasured iterations first"),
-    timeout: float = typer.Option(120.0, "--timeout", help="seconds without progress before failing"),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="spec parameter K=V (for a .tsl target)"),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="write the measured Chrome trace here"),
-    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+                                            help="Send/recv mode. A plan file runs the programs it holds, in the mode "
+                                                 "it was lowered in; naming the other mode lowers its schedule again "
+                                                 "in that mode, and says so; a plan without programs needs one of the "
+                                                 "two."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", metavar="N",
+                                               help="Micro-batches per iteration: re-extends a plan's repetend and "
+                                                    "lowers it in the plan's mode, or searches a spec for N."),
+    steps: int = typer.Option(3, "--steps", metavar="K", help="Measured iterations."),
+    warmup: int = typer.Option(1, "--warmup", metavar="K", help="Unmeasured iterations first."),
+    timeout: float = typer.Option(120.0, "--timeout", metavar="S", help="Seconds without progress before the run fails."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", metavar="K=V",
+                                             help="Override a spec parameter (a .tsl target only; repeatable)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE",
+                                         help="Write a Chrome/Perfetto trace of the measured median iteration here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run a plan on real devices: one process per device, NCCL on GPUs, gloo on CPUs."""
     import tessel_dsl.executor as executor

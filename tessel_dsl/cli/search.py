@@ -146,17 +146,31 @@ def render(s: dict, out: Path) -> None:
 @app.command()
 def search(
     spec: Path = typer.Argument(..., help="The placement spec (.tsl) to schedule."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="Plan file to write (default: <spec stem>.plan.json here)."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", metavar="K=V", help="Override a `param` (repeatable)."),
-    mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (overrides the file's `mode`)."),
-    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
-                                               help="Micro-batches to schedule (default: the spec's N)."),
-    solver: str = typer.Option("auto", "--solver", help="auto, cpsat or z3."),
-    method: str = typer.Option("auto", "--method", help="auto, enumerate or modulo (repetend search)."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01,
-                                               help="Seconds; returns the best valid schedule found, unproven."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (nothing else on stdout)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", metavar="PATH",
+        help="Plan file to write (default: `<spec stem>.plan.json` in the current directory); written "
+             "atomically, never partially."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", metavar="K=V",
+                                             help="Override a `param` of the spec (repeatable)."),
+    mode: Optional[str] = typer.Option(None, "--mode", metavar="train|infer",
+                                       help="Override the spec's mode (`infer` keeps the forward blocks only)."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1, metavar="N",
+                                               help="How many micro-batches to schedule (default: the spec's "
+                                                    "`microbatches`)."),
+    solver: str = typer.Option("auto", "--solver", metavar="auto|cpsat|z3",
+                               help="Constraint solver (auto = `cpsat`)."),
+    method: str = typer.Option("auto", "--method", metavar="auto|enumerate|modulo",
+                               help="How the repetend is found: auto = a schedule built without a solver when "
+                                    "it reaches both lower bounds, else `modulo`."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, metavar="S",
+                                               help="Stop after about S seconds and return the best valid "
+                                                    "schedule found; the summary then says `proven: no` and why."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print the summary as JSON only (period, lower bound, memory bound, gap "
+                                      "to the larger of the two, N_R, makespan, makespan bound and gap, time "
+                                      "unit, bubble, peak memory, search time, solver, method, proven, period "
+                                      "proven, copies, note (the notes worded), notes (each a `kind` and its "
+                                      "`values`, as the plan stores them), output)."),
 ) -> None:
     """Search a Tessel schedule (repetend + warmup/cooldown) and write the plan."""
     from tessel_dsl.cli.progress import LiveProgress

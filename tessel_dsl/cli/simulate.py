@@ -66,27 +66,35 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
 @app.command()
 def simulate(
     source: Path = typer.Argument(..., help="A plan file (plan.json) or a spec (.tsl, searched first)."),
-    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1,
-                                               help="Micro-batches N (a plan is re-extended, not searched)."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1, metavar="N",
+                                               help="Micro-batches; a plan is re-extended from its repetend, a "
+                                                    "spec is searched for N."),
     blocking: Optional[bool] = typer.Option(None, "--blocking/--non-blocking",
-                                            help="Send/recv mode (default: as the plan was lowered)."),
-    latency: Optional[float] = typer.Option(None, "--link-latency", min=0.0,
-                                            help="Link latency in time units (default: the spec's, else 0)."),
-    bandwidth: Optional[float] = typer.Option(None, "--link-bandwidth", min=0.0,
-                                              help="Link bandwidth in bytes per time unit (0 = unlimited)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace JSON here."),
-    svg: Optional[Path] = typer.Option(None, "--svg", help="Write the timeline as an SVG picture here."),
-    max_bubble: Optional[str] = typer.Option(None, "--max-bubble",
-                                             help="Fail (exit 1) if the bubble rate is above this (0.05 or 5%)."),
-    max_memory: Optional[float] = typer.Option(None, "--max-memory", min=0.0,
-                                               help="Fail (exit 1) if any device's peak memory is above this."),
-    width: Optional[int] = typer.Option(None, "--width", min=40, help="Report width in columns."),
+                                            help="Send/recv mode (default: the mode the plan was lowered in)."),
+    latency: Optional[float] = typer.Option(None, "--link-latency", min=0.0, metavar="X",
+                                            help="Link latency in time units (default: the spec's `link`, else 0)."),
+    bandwidth: Optional[float] = typer.Option(None, "--link-bandwidth", min=0.0, metavar="Y",
+                                              help="Link bandwidth in bytes per time unit (0 = unlimited; default: "
+                                                   "the spec's, else unlimited)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables (adds "
+                                                       "`failures`: the gate messages)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE",
+                                         help="Write a Chrome/Perfetto trace here: one process per device, "
+                                              "compute and comm threads."),
+    svg: Optional[Path] = typer.Option(None, "--svg", metavar="FILE", help="Write the timeline as an SVG picture here."),
+    max_bubble: Optional[str] = typer.Option(None, "--max-bubble", metavar="R",
+                                             help="Fail (exit 1) if the bubble rate is above R (`0.05` or `5%`)."),
+    max_memory: Optional[float] = typer.Option(None, "--max-memory", min=0.0, metavar="X",
+                                               help="Fail (exit 1) if any device's peak memory is above X (memory "
+                                                    "units)."),
+    width: Optional[int] = typer.Option(None, "--width", min=40, metavar="W", help="Report width in columns."),
     no_timeline: bool = typer.Option(False, "--no-timeline", help="Leave the timeline out of the report."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", help="Override a spec parameter: --set K=V."),
-    mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (specs only)."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.0,
-                                               help="Seconds for the search (specs only)."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", metavar="K=V",
+                                             help="Override a spec parameter (spec input only; repeatable)."),
+    mode: Optional[str] = typer.Option(None, "--mode", metavar="train|infer", help="The spec's mode (spec input only)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.0, metavar="S",
+                                               help="Seconds for the search (spec input only; the best schedule "
+                                                    "found so far)."),
 ) -> None:
     """Simulate a plan (or search a spec first) and report bubbles, memory, comm and deadlocks."""
     from rich.console import Console
