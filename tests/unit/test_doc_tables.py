@@ -1,5 +1,5 @@
-"""The lists README.md shows that the code holds (block options, error codes) are the code's own,
-as `python bench/doc_tables.py --write` writes them."""
+"""The lists README.md and docs/ show that the code holds (block options, error codes, each verb
+page's options table) are the code's own, as `python bench/doc_tables.py --write` writes them."""
 from __future__ import annotations
 
 from tests.helpers import load_bench
