@@ -157,7 +157,8 @@ def sharded(plan_path, build, data):
         opt.step()
         opt.zero_grad()
     shapes = {n: tuple(getattr(p, "_local_tensor", p).shape) for n, p in pipe.named_parameters()}
-    return {"losses": losses, "rank": dist.get_rank(), "shapes": shapes}
+    return {"losses": losses, "rank": dist.get_rank(), "shapes": shapes,
+            "embed": type(model.get_submodule("model.embed_tokens")).__name__}
 
 
 def test_embedding_and_head_spread_and_sharded_train_like_one_process(tmp_path):
@@ -170,6 +171,7 @@ def test_embedding_and_head_spread_and_sharded_train_like_one_process(tmp_path):
     data = ps.batches(VOCAB, STEPS, ROWS * 2, SEQ)
     want = ps.reference(llama, ps.llama_loss, data, 2)
     for r in run_ranks(sharded, 2, out, llama, data, timeout=300):
+        assert r["embed"] == "SpreadEmbedding"  # its weight gradient is built at its rows' size
         assert r["shapes"]["model.embed_tokens.weight"] == (VOCAB // 2, 32)
         assert r["shapes"]["lm_head.weight"] == (VOCAB // 2, 32)
         assert max(ps.rel(a, b) for a, b in zip(r["losses"], want)) <= 1e-5, r["rank"]
