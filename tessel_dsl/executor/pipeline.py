@@ -165,8 +165,12 @@ class Pipeline:
                 styles = {f: s for f, s in self.tp[b].items() if isinstance(s, ParallelStyle)}
                 parallelize_module(self.model, mesh, styles)
                 for f, make in self.tp[b].items():
-                    if f not in styles:
-                        self._swap(f, make(self.model.get_submodule(f), mesh))
+                    if f in styles:
+                        continue
+                    if not callable(make):
+                        raise ExecutionError(f"tensor-parallel plan for {b!r} gives {f!r} a {type(make).__name__}: "
+                                             f"a ParallelStyle or a function (module, mesh) -> module is needed")
+                    self._swap(f, make(self.model.get_submodule(f), mesh))
                 self.binding.hooked[b] = [self.model.get_submodule(f) for f in styles]
 
     def _swap(self, fqn: str, new: nn.Module) -> None:
