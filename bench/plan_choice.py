@@ -4,8 +4,8 @@ are the same on any machine) and sets the chosen plan, simulated, against the al
   mshape-spec  the costs of specs/mshape.tsl (E on all devices: 1 ms forward and 1 ms gradient a
                device; D stages of 1 ms forward and 3 ms backward, 1 GB of activations; 6 GB a
                device) as a profile: an embedding unit of D ms forward and D ms weight gradient,
-               D layer units; as the spec, links free and the spread embedding's gradient
-               sharded (dense_embedding_grad=False). The chosen plan must be an M-shape at least
+               D layer units; as the spec, links free (the spread embedding's gradient
+               sharded, the default, as `tp_plans` shards it). The chosen plan must be an M-shape at least
                as short as `tessel search specs/mshape.tsl`'s plan at the same N.
   gpt-512k     the shipped GPT at bench/gpu_common.py's size (512k vocabulary, hidden 4096,
                sequence 2048, bf16; tessel_dsl.executor.models.gpt), costed from FLOPs at an
@@ -88,7 +88,7 @@ class Case:
     reserve: str = "0"
     microbatches: int | None = None
     link_latency: float | None = None
-    dense_embedding_grad: bool = True
+    dense_embedding_grad: bool = False
 
 
 def simulated_ms(spec, sched) -> float:
@@ -143,8 +143,7 @@ def choice_table(devices: list[int]) -> list[str]:
              "1F1B | ZB-V | reference | holds | CPU s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for D in devices:
         n = 4 * D
-        cases = [Case("mshape-spec", mshape_spec_profile(D), D, f"{6 * 1000 + 10 * (D + 2)}MB", link_latency=0.0,
-                      dense_embedding_grad=False),
+        cases = [Case("mshape-spec", mshape_spec_profile(D), D, f"{6 * 1000 + 10 * (D + 2)}MB", link_latency=0.0),
                  Case("gpt-512k", gpt_profile(D), D, "80GB", "8GB"),
                  Case("chain", chain_profile(D), D, "80GB"),
                  Case("memory-bound", chain_profile(D, 6 * GB), D, "10GB")]
@@ -262,6 +261,43 @@ def block_ms(text: str, block: str) -> tuple[float, float]:
     return fwd.time * res, back.time * res
 
 
+# What the second 4 x H200 run measured (bench/results/gpu_zb_h200x4_2026-11-27b.md), whose profile
+# the current profiler took: the hand-written Tessel plan, its placement and ms; `tessel plan`'s
+# choice then (mshape-H at both sizes, spread embedding costed with its whole gradient) and its ms.
+MEASURED_B = {"gpt32k": {"plan": ("chain-split", "Tessel zero-bubble chain", 217.5), "choice": 233.2},
+              "gpt512k": {"plan": ("mshape-EH", "Tessel M-shape", 455.2), "choice": 500.8}}
+
+
+def current_profile_table(data: dict) -> list[str]:
+    """The GPTs planned from units the current profiler took (unsplit backward, the head's loss
+    and every gradient's accumulation measured): as saved, no correction; by default a spread
+    embedding's gradient is costed over D (`tp_plans` shards it), and the row with
+    `dense_embedding_grad=True` costs it whole, as the run's `tessel plan` did."""
+    from tessel_dsl.placement.api import plan_model
+
+    lines = ["| model | spread embedding's gradient | chosen, ms predicted | Tessel's row on every candidate, "
+             "ms predicted | the hand-written plan's placement, predicted (its measured ms) | "
+             "that run's `tessel plan` choice, measured ms | plan CPU s |", "|---|---|---|---|---|---|---|"]
+    for group in ("gpt32k", "gpt512k"):
+        entry = data[f"{group}_choice"]
+        prof = Profile.from_json(entry["units_profile"])
+        for label, dense in (("sharded (default)", False), ("whole (dense_embedding_grad=True)", True)):
+            t0 = time.process_time()
+            res = plan_model(None, None, devices=4, memory=entry["memory_bytes"], reserve="6GB", microbatches=16,
+                             profile=prof, dense_embedding_grad=dense)
+            cpu = time.process_time() - t0
+            rows = {(r.candidate, r.schedule): r for r in res.outcome.rows}
+            tessel = [r for r in res.outcome.rows if r.schedule == "tessel" and r.ms is not None]
+            ref_cand, ref_name, ref_ms = MEASURED_B[group]["plan"]
+            ref = rows.get((ref_cand, "tessel"))
+            lines.append(f"| {group} | {label} | {res.best.schedule} on {res.best.candidate}, {fmt(res.best.ms)} | "
+                         f"{', '.join(f'{r.candidate} {fmt(r.ms)}' for r in tessel)} | "
+                         f"{ref_cand} {fmt(ref and ref.ms)} ({ref_name}: {ref_ms}) | "
+                         f"{MEASURED_B[group]['choice']} | {cpu:.1f} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
 def gpu_profile_table(path: Path) -> list[str]:
     import json
 
@@ -270,6 +306,10 @@ def gpu_profile_table(path: Path) -> list[str]:
     from tessel_dsl.placement.costs import NVLINK, Links
 
     data = json.loads(path.read_text())
+    if all("unsplit_backward" in u for u in data["gpt512k_choice"]["units_profile"]["units"]):
+        return current_profile_table(data)
+    # The first run's units, from the former profiler: corrected below, and every row but the
+    # last costs a spread embedding's gradient whole, as `tp_plans` ran it then.
     ratio = split_ratio(data)
     profiles = {}
     for group in ("gpt32k", "gpt512k"):
@@ -358,7 +398,8 @@ def main() -> None:
     p.add_argument("--devices", type=int, nargs="*", default=[4])
     p.add_argument("--timing", type=int, nargs="*", default=[])
     p.add_argument("--gpu-profile", type=Path, default=None,
-                   help="bench/gpu_zb.py's profile JSON: plan the GPTs from its units profiled on 4 x H200")
+                   help="bench/gpu_zb.py's profile JSON: plan the GPTs from its units profiled on 4 x H200 "
+                        "(the former profiler's units are corrected first)")
     p.add_argument("--split-check", action="store_true", help="each layer's I + W against its unsplit backward")
     args = p.parse_args()
     torch_threads()

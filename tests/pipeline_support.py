@@ -171,11 +171,14 @@ def reference(build, loss_fn, data, micro: int) -> list[float]:
 
 
 def gpt_tp():
-    """Vocabulary-sharded embedding and LM head (the M-shape's E and H) as DTensor plans."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    """Vocabulary-sharded embedding and LM head (the M-shape's E and H): the embedding replaced
+    by its row shards (`spread_embedding`, as `tp_plans` gives), the head a DTensor plan."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel
 
-    return {"E": {"embed": RowwiseParallel(input_layouts=Replicate())},
+    from tessel_dsl.placement.tp import spread_embedding
+
+    return {"E": {"embed": spread_embedding},
             "H": {"head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)}}
 
 

@@ -62,7 +62,9 @@ class Pipeline:
     it, a plan given as a path reads the binding `tessel plan` writes beside it (``plan.blocks.json``). `model`
     may be built on the meta device: then `init(fqn, module)` is called for each local submodule
     after it is allocated on this rank's device (and for submodules outside every block that hold
-    buffers), to fill in its weights. `tp` gives DTensor plans for multi-device blocks. `replicas` (or a
+    buffers), to fill in its weights. `tp` gives DTensor plans for multi-device blocks: per block,
+    submodule name -> a ParallelStyle, or a function `(module, mesh) -> module` whose result replaces
+    the submodule (`placement.tp.spread_embedding`). `replicas` (or a
     2-D `mesh` named ``("dp", "pp")``) sets data parallelism; by default every rank the world has
     beyond the plan's devices is a replica. `loss_fn(output, *target)` gets the model's whole
     output for a micro-batch (`.logits` of a Hugging Face model's); the step's loss is the mean
@@ -154,13 +156,34 @@ class Pipeline:
         DeviceMesh of exactly its block's devices in this replica: the mesh's "pp" dimension for a
         block on all of them, a mesh on a sub-group for a block on some (a tensor-parallel pair
         {1, 2} of four devices, say)."""
-        from torch.distributed.tensor.parallel import parallelize_module
+        from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 
         meshes = self._block_meshes()
         for b in here:
             if b in self.tp:
-                parallelize_module(self.model, meshes[tuple(sorted(self.plan.spec.block(b).devices))], self.tp[b])
-                self.binding.hooked[b] = [self.model.get_submodule(f) for f in self.tp[b]]
+                mesh = meshes[tuple(sorted(self.plan.spec.block(b).devices))]
+                styles = {f: s for f, s in self.tp[b].items() if isinstance(s, ParallelStyle)}
+                parallelize_module(self.model, mesh, styles)
+                for f, make in self.tp[b].items():
+                    if f in styles:
+                        continue
+                    if not callable(make):
+                        raise ExecutionError(f"tensor-parallel plan for {b!r} gives {f!r} a {type(make).__name__}: "
+                                             f"a ParallelStyle or a function (module, mesh) -> module is needed")
+                    self._swap(f, make(self.model.get_submodule(f), mesh))
+                self.binding.hooked[b] = [self.model.get_submodule(f) for f in styles]
+
+    def _swap(self, fqn: str, new: nn.Module) -> None:
+        """Put `new` (a `tp=` entry's module, made from the submodule it replaces) at `fqn`, with
+        the block dispatch the bound submodule had: a ParallelStyle can only hook or re-lay the
+        module it is given, not replace it."""
+        parent, _, name = fqn.rpartition(".")
+        self.model.get_submodule(parent).register_module(name, new)
+        if fqn in self.binding.modules:
+            old = self.binding.modules[fqn]
+            self.binding.originals[fqn] = new.forward
+            new.forward = vars(old).pop("forward")  # the dispatcher, which reads originals when called
+            self.binding.modules[fqn] = new
 
     def _block_meshes(self) -> dict[tuple[int, ...], Any]:
         """This rank's DeviceMesh for each device set of a tensor-parallel block it is in. Every

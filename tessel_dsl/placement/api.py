@@ -46,7 +46,7 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
                baselines: bool = True, profile: Profile | None = None, progress=None,
                time_limit: float | None = None, link_bandwidth: str | float | None = None,
                link_latency: float | None = None, spread_overhead: float | None = None,
-               dense_embedding_grad: bool = True) -> PlanResult:
+               dense_embedding_grad: bool = False) -> PlanResult:
     """Profile `model` on `example_batch` (one micro-batch of what its forward takes), generate the
     candidate placements over `devices` devices with `memory` each (less `reserve`: CUDA context,
     buffers), search each against the baselines and return the shortest plan that fits.
@@ -63,8 +63,8 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     step) time the collectives of blocks spread over devices; each defaults to
     `costs.default_links` for the device profiled on. `spread_overhead` (seconds, default 0) is
     added to each spread block's forward and backward per micro-batch: what such a block was
-    measured to take beyond its compute and collectives. `dense_embedding_grad=False` costs a
-    spread embedding's weight gradient over D (see `candidates.candidates`).
+    measured to take beyond its compute and collectives. `dense_embedding_grad=True` costs a
+    spread embedding's weight gradient whole on each device (see `candidates.candidates`).
     """
     from tessel_dsl.placement.candidates import candidates
     from tessel_dsl.placement.choose import choose

@@ -12,8 +12,8 @@ submodule binding `Pipeline` takes.
   weights are a large share of a stage's, where spreading them is worth asking about. `Pipeline`
   runs them sharded when given the DTensor plans of `tessel_dsl.placement.tp.tp_plans` (`tp=`),
   replicated otherwise. Their costs are what one device runs of them as sharded there (`Group`:
-  the sharded units' work over D, the final norm whole, the embedding's dense weight gradient
-  whole) plus their collectives per micro-batch from a link model (`spread_comm`, `costs.Links`).
+  the sharded units' work over D -- the embedding's weight gradient too, since `tp_plans` swaps in
+  `VocabShardedEmbedding`, which builds only its own rows' -- the final norm whole) plus their collectives per micro-batch from a link model (`spread_comm`, `costs.Links`).
 
 A block holding the head also holds the loss: the profile's cross entropy on the logits is added
 to its forward and to its input gradient. An unsplit backward costs the measured unsplit backward
@@ -58,7 +58,7 @@ class Group:
     devices: tuple[int, ...]
     comm_forward: float = 0.0
     comm_backward: float = 0.0
-    dense_grad: bool = True     # a spread embedding's weight gradient built whole on each device
+    dense_grad: bool = False    # True: a spread embedding's weight gradient built whole on each device
 
     def _part(self, u: Unit, x: float, whole_on_each: bool = False) -> float:
         """What one device runs of `x`, a time of unit `u`."""
@@ -69,7 +69,7 @@ class Group:
     def _dense(self, u: Unit) -> bool:
         # RowwiseParallel's backward for an embedding builds the whole table's gradient on every
         # device and keeps its rows (torch 2.11-2.13; executor/models/common.py measured 4 ms a
-        # micro-batch for a 512k x 4096 table): its weight gradient does not shrink.
+        # micro-batch for a 512k x 4096 table): costed so for an embedding run that way.
         return self.dense_grad and u.kind == "embedding"
 
     @property
@@ -308,12 +308,13 @@ def _chain_groups(units: list[Unit], parts: int, device_of) -> list[Group]:
 
 def candidates(profile: Profile, devices: int, capacity_bytes: int, microbatches: int, *,
                per_param: int = ADAM_BYTES_PER_PARAM, max_chunks: int = MAX_CHUNKS,
-               links: Links | None = None, dense_embedding_grad: bool = True) -> list[Candidate]:
+               links: Links | None = None, dense_embedding_grad: bool = False) -> list[Candidate]:
     """Every candidate placement of `profile` over `devices` devices with `capacity_bytes` each;
     `links` times a spread block's collectives (default: `costs.default_links` for the device the
-    profile was measured on). `dense_embedding_grad` (as `tp.tp_plans` shards an embedding) costs
-    a spread embedding's weight gradient whole on each device; False, over D (an embedding whose
-    backward builds only its own rows' gradient, as executor.models.common's does)."""
+    profile was measured on). A spread embedding's weight gradient is costed over D, as
+    `tp.tp_plans` shards it (`VocabShardedEmbedding` builds only its own rows' gradient);
+    `dense_embedding_grad=True` costs it whole on each device, as DTensor's RowwiseParallel runs
+    it (what `tp_plans` still gives an embedding with a padding row or other options)."""
     units = list(profile.units)
     if devices > len(units):
         raise ValueError(f"{devices} devices but only {len(units)} units to place: use at most {len(units)}")

@@ -1,10 +1,37 @@
 """DTensor plans for the blocks a plan spreads over several devices (the M-shape's E and H), so
 that `Pipeline` shards them as the candidate's costs assumed instead of running them whole on
-each device: embeddings row-wise over the vocabulary, the head column-wise with the logits left
-sharded for `loss_parallel`. Other submodules of such a block (the final norm) stay replicated."""
+each device: embeddings by vocabulary rows (`VocabShardedEmbedding`, which builds only its own
+rows' weight gradient), the head column-wise with the logits left sharded for `loss_parallel`.
+Other submodules of such a block (the final norm) stay replicated."""
 from __future__ import annotations
 
 from torch import nn
+
+from tessel_dsl.executor.models.common import VocabShardedEmbedding
+
+
+class SpreadEmbedding(VocabShardedEmbedding):
+    """`VocabShardedEmbedding` as `Pipeline` swaps it in for a spread block's `nn.Embedding`. Its
+    weight keeps the embedding's name (``<module>.weight``); `Pipeline`'s fake run, which sees the
+    model as one process with plain full-size parameters, gets the plain lookup."""
+
+    def forward(self, tokens):
+        from torch.distributed.tensor import DTensor
+
+        if not isinstance(self.weight, DTensor):  # the one-process fake run: a plain full table
+            return nn.functional.embedding(tokens, self.weight)
+        return super().forward(tokens)
+
+
+def spread_embedding(embed: nn.Embedding, mesh) -> nn.Module:
+    """A `tp=` entry that replaces `embed` with its vocabulary-row shards over `mesh`."""
+    return SpreadEmbedding(embed, mesh)
+
+
+def _plain(m: nn.Embedding) -> bool:
+    # The sharded lookup is F.embedding without options: one with a padding row, max_norm,
+    # frequency scaling or sparse gradients keeps DTensor's row-wise plan.
+    return m.padding_idx is None and m.max_norm is None and not m.scale_grad_by_freq and not m.sparse
 
 
 def tp_plans(plan, blocks: dict[str, list[str]], model: nn.Module) -> dict[str, dict]:
@@ -26,7 +53,7 @@ def tp_plans(plan, blocks: dict[str, list[str]], model: nn.Module) -> dict[str, 
         for f in mods:
             m = model.get_submodule(f)
             if isinstance(m, nn.Embedding):
-                styles[f] = RowwiseParallel(input_layouts=Replicate())
+                styles[f] = spread_embedding if _plain(m) else RowwiseParallel(input_layouts=Replicate())
             elif isinstance(m, nn.Linear) and f == mods[-1]:
                 styles[f] = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
         if styles:

@@ -136,10 +136,11 @@ def test_a_spread_head_pays_its_collectives_and_what_does_not_shrink():
     assert h.forward > 4 * (0.001 + 0.004) / 4
 
 
-def test_a_spread_embedding_keeps_its_dense_weight_gradient_whole():
+def test_a_spread_embedding_builds_its_rows_weight_gradient():
     """Forward: the lookup over 4 (0.5 ms) and its partial outputs all-reduced (1 MB: 1.56 ms);
-    backward: the whole table's gradient on each device (6 ms) and the output gradient sent from
-    the first stage's device to the 3 others (3.01 ms)."""
+    backward: each device's rows of the table's gradient (6 ms over 4, as `tp_plans`' sharded
+    embedding builds it) and the output gradient sent from the first stage's device to the 3 others
+    (3.01 ms)."""
     from tessel_dsl.placement.candidates import Group, spread_comm
     from tessel_dsl.placement.costs import Links
 
@@ -147,10 +148,10 @@ def test_a_spread_embedding_keeps_its_dense_weight_gradient_whole():
     comm = spread_comm((embed,), 4, Links(1e9, 1e-5), 1000, out_bytes=10**6)
     e = Group("E", (embed,), (0, 1, 2, 3), *comm)
     assert e.forward == pytest.approx(0.0005 + 1.56e-3)
-    assert e.backward == pytest.approx(0.006 + 3.01e-3)
-    # an embedding whose backward builds only its own rows' gradient: 6 ms over 4
-    rows = Group("E", (embed,), (0, 1, 2, 3), *comm, dense_grad=False)
-    assert rows.backward == pytest.approx(0.0015 + 3.01e-3)
+    assert e.backward == pytest.approx(0.0015 + 3.01e-3)
+    # DTensor's RowwiseParallel builds the whole table's gradient on each device: 6 ms
+    whole = Group("E", (embed,), (0, 1, 2, 3), *comm, dense_grad=True)
+    assert whole.backward == pytest.approx(0.006 + 3.01e-3)
 
 
 def test_the_link_model_reaches_the_candidates():
