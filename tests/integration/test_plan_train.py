@@ -88,13 +88,14 @@ def test_a_tied_gpt2_trains_like_one_process(tmp_path):
 
     from tessel_dsl.placement import plan_model, profile_model
 
-    from . import pipeline_cases as pc
+    from tests import pipeline_cases as pc
 
     measured = profile_model(pc.gpt2(), torch.randint(0, VOCAB, (ROWS, SEQ)), repeats=1, warmup=0)
     assert measured.tied == (("embed", "lm_head"),) and measured.tied_sizes == ((VOCAB * 32, VOCAB * 32 * 4),)
     ms = {"embedding": 10, "layer": 10, "norm": 1, "head": 10}
     prof = replace(measured, units=tuple(replace(u, forward=ms[u.kind] / 1e3, input_grad=ms[u.kind] / 1e3,
-                                                 weight_grad=ms[u.kind] / 1e3) for u in measured.units))
+                                                 weight_grad=ms[u.kind] / 1e3, unsplit_backward=2 * ms[u.kind] / 1e3,
+                                                 loss_forward=0.0, loss_backward=0.0) for u in measured.units))
     out = tmp_path / "plan.json"
     res = plan_model(None, None, devices=2, memory="1GB", microbatches=2, output=out, profile=prof)
     holders = {d for b, mods in res.blocks.items() for d in res.plan.spec.block(b).devices
