@@ -87,7 +87,6 @@ def test_a_tied_gpt2_trains_like_one_process(tmp_path):
     from dataclasses import replace
 
     from tessel_dsl.placement import plan_model, profile_model
-
     from tests import pipeline_cases as pc
 
     measured = profile_model(pc.gpt2(), torch.randint(0, VOCAB, (ROWS, SEQ)), repeats=1, warmup=0)
