@@ -49,13 +49,18 @@ def trained(plan_path, build, data):
     from tessel_dsl.executor.pipeline import Pipeline
 
     pipe = Pipeline(str(plan_path), build(), ps.llama_loss)  # reads plan.blocks.json beside the plan
+    return {"losses": _train(pipe, data), "rank": dist.get_rank()}
+
+
+def _train(pipe, data) -> list[float]:
+    """Every step's loss, the shared test optimizer stepped after each."""
     opt = ps.optimizer(pipe.param_groups())
     losses = []
     for x, y in data:
         losses.append(pipe.step(x, y))
         opt.step()
         opt.zero_grad()
-    return {"losses": losses, "rank": dist.get_rank()}
+    return losses
 
 
 @pytest.mark.parametrize("build,devices", [(llama, 2), (qwen2, 2), (llama, 4)])
@@ -153,12 +158,7 @@ def sharded(plan_path, build, data):
     blocks = read_blocks(str(plan_path).replace(".json", ".blocks.json"))
     model = build()
     pipe = Pipeline(str(plan_path), model, ps.llama_loss, blocks=blocks, tp=tp_plans(str(plan_path), blocks, model))
-    opt = ps.optimizer(pipe.param_groups())
-    losses = []
-    for x, y in data:
-        losses.append(pipe.step(x, y))
-        opt.step()
-        opt.zero_grad()
+    losses = _train(pipe, data)
     shapes = {n: tuple(getattr(p, "_local_tensor", p).shape) for n, p in pipe.named_parameters()}
     return {"losses": losses, "rank": dist.get_rank(), "shapes": shapes,
             "embed": type(model.get_submodule("model.embed_tokens")).__name__}
