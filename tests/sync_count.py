@@ -4,7 +4,7 @@ On a CPU run nothing waits for a GPU, so the test counts the calls that would: r
 value on the host (`item`, `tolist`, `float`/`int`/`bool`, `numpy`, `cpu`, `torch.equal`,
 `nonzero`), a CUDA synchronize, a tensor built from host data on a device, and a copy to a
 device that is not marked non-blocking. Reads of tensors built on the host for a host-only
-exchange (`pipeline._host_max`, over gloo) are not counted: they never touch the GPU."""
+exchange (`batch_agreement._host_max`, over gloo) are not counted: they never touch the GPU."""
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +42,7 @@ class HostWaits:
 
     @contextlib.contextmanager
     def active(self):
-        from tessel_dsl.executor import pipeline
+        from tessel_dsl.executor import batch_agreement
 
         saved = []
 
@@ -82,7 +82,7 @@ class HostWaits:
         patch(torch.Tensor, "to", when("blocking Tensor.to a device",
                                        lambda a, k: _names_a_device(a[1:], k) and not k.get("non_blocking")))
         patch(torch.Tensor, "cuda", when("blocking Tensor.cuda", lambda a, k: not k.get("non_blocking")))
-        patch(pipeline, "_host_max", host_only)
+        patch(batch_agreement, "_host_max", host_only)
         try:
             yield self
         finally:

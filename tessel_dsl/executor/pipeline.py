@@ -12,7 +12,7 @@ Run one process per rank (``torchrun``, or `tessel_dsl.executor.local_ranks.run_
 ranks for a D-device plan, ranks form a 2-D DeviceMesh ``("dp", "pp")``: replica k runs the plan on
 ranks ``k*D .. k*D+D-1``, and after each step every parameter's gradient is averaged over the
 replicas that hold it. Every rank of a replica must be given the same batch (each replica its own;
-checked every step without waiting for the GPU: `_same_layout`, `_contents_differ`). A parameter
+checked every step without waiting for the GPU: `batch_agreement.BatchAgreement`). A parameter
 used by blocks on several ranks (tied weights) is held by each and its gradient parts are summed
 over them first (`ties.py`).
 
@@ -37,6 +37,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tessel_dsl.errors import ExecutionError
+from tessel_dsl.executor.batch_agreement import BatchAgreement
 from tessel_dsl.executor.bind import Binding, Trace
 from tessel_dsl.executor.checkpoint import load_checkpoint, save_checkpoint
 from tessel_dsl.executor.meta_init import materialise
@@ -44,7 +45,6 @@ from tessel_dsl.executor.model_api import TensorMeta, forward_succs
 from tessel_dsl.executor.preflight import (
     as_pair,
     batch_contents,
-    batch_layout,
     check_batch,
     check_pipeline,
     check_setup,
@@ -222,18 +222,19 @@ class Pipeline:
                     self.tie_groups[devs] = group
 
     def _host_group(self, timeout: float) -> None:
-        """A group of this replica's pipeline ranks that exchanges host tensors (the batch's
-        layout, `_same_layout`) without touching the GPU: the pipeline's own group where it is
-        gloo, else a gloo group of the same ranks, created by every rank for every replica in
-        one order (`new_group` is collective over the world)."""
-        if self.device.type == "cpu":
-            self.host_group = self.mesh.get_group("pp")
-            return
-        for k in range(self.replicas):
-            ranks = [int(r) for r in self.mesh.mesh[k].tolist()]
-            group = dist.new_group(ranks, timeout=datetime.timedelta(seconds=timeout), backend="gloo")
-            if k == self.replica:
-                self.host_group = group
+        """The batch checks over this replica's pipeline ranks (`BatchAgreement`), with a group
+        that exchanges host tensors (the batch's layout) without touching the GPU: the pipeline's
+        own group where it is gloo, else a gloo group of the same ranks, created by every rank
+        for every replica in one order (`new_group` is collective over the world)."""
+        pp = self.mesh.get_group("pp")
+        host = pp
+        if self.device.type != "cpu":
+            for k in range(self.replicas):
+                ranks = [int(r) for r in self.mesh.mesh[k].tolist()]
+                group = dist.new_group(ranks, timeout=datetime.timedelta(seconds=timeout), backend="gloo")
+                if k == self.replica:
+                    host = group
+        self.agreement = BatchAgreement(self.ranks, self.replica, host, pp, self.device)
 
     def _make_runner(self, timeout: float) -> None:
         from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
@@ -326,11 +327,11 @@ class Pipeline:
             bad_weight = self._total_weight <= 0
         # Summed over the world: the loss (each replica's owner adds its share), and how many
         # ranks saw their pipeline given different batches or a weightless batch.
-        total = torch.stack([part, self._contents_differ().double(), bad_weight.double()])
+        total = torch.stack([part, self.agreement.contents_differ(self._contents).double(), bad_weight.double()])
         dist.all_reduce(total)
         loss, differ, weightless = total.tolist()  # the step's one wait for the GPU
         if differ:
-            self._refuse_contents(step)
+            self.agreement.refuse_contents(self._contents, step)
         if weightless:
             raise ExecutionError(f"step {step}: loss_weight gave the batch a total weight of "
                                  f"{float(self._total_weight):g}; it must be positive")
@@ -389,8 +390,8 @@ class Pipeline:
         result = self.runner.step(self.iteration, collect=True)
         self._last = result
         step, self.iteration = self.iteration, self.iteration + 1
-        if self._contents_differ().item():
-            self._refuse_contents(step)
+        if self.agreement.contents_differ(self._contents).item():
+            self.agreement.refuse_contents(self._contents, step)
         sink = self.binding.sink
         if self.pp_rank not in self.plan.spec.block(sink).devices:
             return None
@@ -418,7 +419,7 @@ class Pipeline:
     def _prepare(self, inputs, target: tuple) -> None:
         """Split the batch into micro-batches (checked before anything runs) and trace its shape."""
         leaves, spec = split_batch(inputs, target, self.n)
-        self._same_layout(leaves)
+        self.agreement.same_layout(leaves, self.iteration)
         # Not blocking: a copy from host memory would otherwise wait for all the GPU's queued
         # work; the step's end waits for the GPU before the caller can reuse the batch.
         leaves = [x.to(self.device, non_blocking=True) if isinstance(x, torch.Tensor) else x for x in leaves]
@@ -431,57 +432,6 @@ class Pipeline:
             a, k, t = self.mbs[0]
             self._traces[key] = self.binding.trace(a, k, self.loss_fn, t, self.device)
         self.trace = self._traces[key]
-
-    # Every rank of this pipeline must be given the same batch: a per-rank sampler would
-    # otherwise feed each block other micro-batches than its neighbours' and train wrong without
-    # an error. The batch's fingerprint has two parts, checked where each costs no wait for the
-    # GPU: its layout (shapes, dtypes, other leaves: host data) before any block runs, since
-    # ranks that disagree on it would exchange messages of other sizes; its contents (summed on
-    # the device) at the end of the step, read with the loss.
-
-    def _same_layout(self, leaves: list) -> None:
-        """The batch's layout (`batch_layout`) agrees over the pipeline's ranks: its max and the
-        max of its complement, all-reduced over the host group, give the max and the min."""
-        key = batch_layout(leaves)
-        both = _host_max([key, ~key], self.host_group)
-        if both[0] != ~both[1]:
-            every = [None] * self.devices
-            dist.all_gather_object(every, key, group=self.host_group)
-            self._refuse(self.iteration, every)
-
-    def _contents_differ(self) -> torch.Tensor:
-        """Whether the batch's contents (`batch_contents`) differ over the pipeline's ranks: a
-        bool on the device, as `_same_layout` compares the layout."""
-        c = self._contents
-        both = torch.stack([c, ~c])
-        dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self.mesh.get_group("pp"))
-        return both[0] != ~both[1]
-
-    def _refuse_contents(self, step: int) -> None:
-        """After `_contents_differ` (summed over the world) found ranks given different batches:
-        every rank stops, naming the ranks of its pipeline (a pipeline whose ranks agree names
-        the other)."""
-        every = torch.empty(self.devices, dtype=torch.int64, device=self.device)
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
-        gather(every, self._contents.reshape(1), group=self.mesh.get_group("pp"))
-        self._refuse(step, every.tolist())
-        raise ExecutionError(f"step {step}: the ranks of another pipeline than this one (replica {self.replica}) "
-                             f"were given different batches; its ranks name them")
-
-    def _refuse(self, step: int, fingerprints: list) -> None:
-        """Raise naming which of this pipeline's ranks got which batch, if they differ."""
-        kinds: dict[Any, list[int]] = {}
-        for d, h in enumerate(fingerprints):
-            kinds.setdefault(h, []).append(self.ranks[d])
-        if len(kinds) > 1:
-            parts = [f"rank{'s' * (len(r) > 1)} {', '.join(map(str, r))} got {'another' if i else 'one'}"
-                     for i, r in enumerate(kinds.values())]
-            groups = ", ".join(parts)
-            raise ExecutionError(
-                f"step {step}: the ranks of one pipeline (replica {self.replica}, ranks "
-                f"{list(self.ranks)}) were given different batches: {groups}. Every rank of a pipeline "
-                f"must be given the same batch (each replica its own): draw it by replica (pipe.replica), "
-                f"not by rank")
 
     def _sum_tied_grads(self) -> None:
         """Sum the gradient parts of each tied parameter over the ranks holding it, one part per
@@ -595,13 +545,6 @@ class _BlockModule(nn.Module):
         out = pipe.binding.run_block(self.block, pipe.trace, tuple(received), args, kwargs,
                                      pipe.loss_fn if last else None, target)
         return out
-
-
-def _host_max(values: list[int], group) -> list[int]:
-    """The element-wise max of `values` over `group`, exchanged as a host tensor (gloo)."""
-    t = torch.tensor(values, dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return t.tolist()
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
