@@ -15,6 +15,13 @@ Node sets, on the graph below the block's outputs:
 
 A parameter reached from an output without crossing the input path (every parameter, when no
 input needs a gradient, as on a first stage) is left to the weight pass whole, from the outputs.
+
+A one-dimensional parameter on the input path (a bias, a norm's scale) gets its gradient in the
+input pass instead. Its gradient is a reduction over the rows the input pass has at hand, and some
+nodes produce it in the same kernel as the input gradient (a layer norm's backward reads the
+input, the gradient and the statistics once for all three outputs); deferring it would run that
+node twice and add an autograd call for a few kernels. The weight pass is then the weight
+matmuls alone, which is what a zero-bubble schedule moves around.
 """
 from __future__ import annotations
 
@@ -130,6 +137,7 @@ def backward_input(outs: list[torch.Tensor], grads: list[torch.Tensor], inputs: 
     path, _ = _above([grad_node(t) for t in need], up, set())
     groups: dict[Node, _Group] = {}
     rest: list[torch.Tensor] = []
+    early: list[torch.Tensor] = []  # one-dimensional, on the input path: done in the input pass
     for p in params:
         node = grad_node(p)
         branch, met = _above([node], up, path)
@@ -139,6 +147,9 @@ def backward_input(outs: list[torch.Tensor], grads: list[torch.Tensor], inputs: 
             continue
         if any(r in branch and r not in path for r in roots):
             rest.append(p)  # also fed by an output directly: the weight pass runs it whole
+            continue
+        if p.dim() <= 1:
+            early.append(p)
             continue
         found = {id(g): g for m in met if (g := groups.get(m)) is not None}
         group = _Group([p], sorted(met, key=id))
@@ -153,11 +164,12 @@ def backward_input(outs: list[torch.Tensor], grads: list[torch.Tensor], inputs: 
         for node in g.junctions:
             hooks.append(node.register_prehook(lambda gr, g=g, node=node: g.grads.__setitem__(node, gr)))
     try:
-        got = torch.autograd.grad(outs, need, grads, retain_graph=True, allow_unused=True)
+        got = torch.autograd.grad(outs, need + early, grads, retain_graph=True, allow_unused=True)
     finally:
         for h in hooks:
             h.remove()
-    by_id = {id(t): g for t, g in zip(need, got)}
+    _accumulate(early, got[len(need):])
+    by_id = {id(t): g for t, g in zip(need, got[:len(need)])}
     keep = bool(rest)
     return [by_id.get(id(t)) for t in inputs], WeightGrad(unique, rest, list(outs) if keep else [],
                                                           list(grads) if keep else [])

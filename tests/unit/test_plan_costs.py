@@ -101,7 +101,8 @@ def test_weight_gradients_accumulate_into_grad_as_in_a_pipeline():
                          units=[["embed"], ["layer"], ["head"]])
     embed, layer, head = prof.units
     assert embed.weight_grad == 50 * 6 and embed.unsplit_backward == 50 * 6
-    assert layer.weight_grad == 6 * 6 + 6 and head.weight_grad == 50 * 6
+    # The layer's bias (one-dimensional) is added in the input pass, its weight in the weight pass.
+    assert layer.weight_grad == 6 * 6 and layer.input_grad == 6 and head.weight_grad == 50 * 6
     assert all(p.grad is None for p in model.parameters())  # the model is left as it was given
 
 

@@ -67,13 +67,13 @@ def _split(make, x, seed_grad, watch=True):
     if w:
         w.phase = "I"
     (gin,), pending = backward_input([out], [seed_grad], [inp], list(model.parameters()))
-    assert all(p.grad is None for p in model.parameters()), "the input pass must leave weight gradients alone"
+    after_input = {k: None if p.grad is None else p.grad.clone() for k, p in model.named_parameters()}
     if w:
         w.phase = "W"
     pending.run()
     if w:
         w.close()
-    return gin, {k: p.grad for k, p in model.named_parameters()}, model, w
+    return gin, {k: p.grad for k, p in model.named_parameters()}, model, w, after_input
 
 
 def _chain():
@@ -113,24 +113,47 @@ def test_split_equals_whole_backward_and_weight_pass_skips_input_path(case):
     x = torch.randn(shape, dtype=torch.float64)
     g = torch.randn(shape, dtype=torch.float64)
     ref_in, ref_params = _reference(make, x, g)
-    gin, params, model, watch = _split(make, x, g)
+    gin, params, model, watch, after_input = _split(make, x, g)
     torch.testing.assert_close(gin, ref_in, rtol=1e-12, atol=1e-12)
     assert params.keys() == ref_params.keys()
+    shapes = dict(model.named_parameters())
     for k in params:
         if ref_params[k] is None:  # unused here (Llama's token embedding, fed embeddings)
             assert params[k] is None, k
             continue
         torch.testing.assert_close(params[k], ref_params[k], rtol=1e-12, atol=1e-12, msg=k)
+        # Weight matrices wait for the weight pass; biases and norm scales are done in the input
+        # pass, whole (the weight pass must not add to them again).
+        if shapes[k].dim() >= 2:
+            assert after_input[k] is None, f"{k}: the input pass computed a weight matrix's gradient"
+        else:
+            torch.testing.assert_close(after_input[k], ref_params[k], rtol=1e-12, atol=1e-12, msg=k)
 
     both = set(watch.ran["I"]) & set(watch.ran["W"])
-    owners = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
-    assert 0 < len(both) <= len(owners), sorted(n.name() for n in both)
-    # Each node run twice is a junction: one of its branches (towards a parameter) did not run in
-    # the input pass. An activation's or a residual add's node has none, so it never runs again.
+    matrices = [m for m in model.modules() if any(p.dim() >= 2 for p in m.parameters(recurse=False))]
+    assert 0 < len(both) <= len(matrices), sorted(n.name() for n in both)
+    # Each node run twice is a junction: one of its branches, towards a weight matrix, did not run
+    # in the input pass. An activation's, a residual add's or a norm's node has none (a norm's
+    # scale is done in the input pass), so it never runs again.
     ran_i = set(watch.ran["I"])
     for n in both:
-        assert any(f is not None and f not in ran_i for f, _ in n.next_functions), n.name()
+        assert any(f is not None and f not in ran_i and _reaches_matrix(f) for f, _ in n.next_functions), n.name()
     assert len(ran_i) > len(both)
+
+
+def _reaches_matrix(node) -> bool:
+    """Whether a parameter of two or more dimensions lies below `node`."""
+    seen, todo = set(), deque([node])
+    while todo:
+        n = todo.popleft()
+        if n in seen:
+            continue
+        seen.add(n)
+        var = getattr(n, "variable", None)
+        if var is not None and var.dim() >= 2:
+            return True
+        todo.extend(f for f, _ in n.next_functions if f is not None)
+    return False
 
 
 def test_no_input_gradient_runs_the_whole_backward_in_the_weight_pass():
