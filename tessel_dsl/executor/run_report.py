@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from tessel_dsl.executor.trace import Event, block_durations, replay, summarize
+from tessel_dsl.executor.trace import Event, action_durations, block_durations, replay, summarize
 from tessel_dsl.plan import Plan
 
 
@@ -76,15 +76,21 @@ class RunReport:
         """Each block's median duration in the median iteration, as the replay charges it."""
         return block_durations(self.timelines[self.median_index()], self.plan)
 
-    def simulated(self, durations: dict[str, float] | None = None) -> dict:
-        """The plan replayed with the median iteration's block durations and free transfers."""
+    def simulated(self, durations: dict[str, float] | None = None, own: bool = True) -> dict:
+        """The plan replayed with free transfers. Each action takes its own duration in the median
+        iteration (`own`), so the replay's busy time is the run's and its extra wait is only what
+        the order of the programs forces; any difference from the measured wait is the runtime's
+        (transfers, host time). With `own=False` every micro-batch of a block takes the block's
+        median (`durations`), as a plan searched on those times would predict."""
         durations = self.block_seconds() if durations is None else durations
-        return summarize(replay(self.plan, durations), self.plan.spec.devices)
+        each = action_durations(self.timelines[self.median_index()]) if own else None
+        return summarize(replay(self.plan, durations, each), self.plan.spec.devices)
 
     def summary(self) -> dict:
         """JSON-ready numbers for `--json` and the benchmarks."""
         durations = self.block_seconds()
         m, s = self.measured(), self.simulated(durations)
+        by_block = self.simulated(durations, own=False)
         mb = self.plan.schedule.microbatches
         return {
             "plan": self.plan.spec.name,
@@ -100,6 +106,8 @@ class RunReport:
             "throughput_mb_per_s": mb / m["iteration"] if m["iteration"] else 0.0,
             "wait_share_measured": _share(m),
             "wait_share_simulated": _share(s),
+            # The replay with every micro-batch of a block at the block's median time.
+            "simulated_block_medians": by_block,
             "loss": self.loss,
             # What the replay charged each block: a pipelined run doubles as a profile that
             # includes multi-device blocks, which `tessel profile` cannot run alone.

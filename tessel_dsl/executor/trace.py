@@ -37,6 +37,11 @@ def _own_durations(computes: list[Event]) -> dict[str, float]:
     return own
 
 
+def action_durations(events: list[Event]) -> dict[str, float]:
+    """Each compute action's own measured duration, keyed by its text (see `_own_durations`)."""
+    return _own_durations(_computes(events))
+
+
 def block_durations(events: list[Event], plan: Plan) -> dict[str, float]:
     """Median measured duration of each block name over its micro-batches (see `_own_durations`)."""
     by_block: dict[str, list[float]] = defaultdict(list)
@@ -45,8 +50,10 @@ def block_durations(events: list[Event], plan: Plan) -> dict[str, float]:
     return {b: statistics.median(v) for b, v in by_block.items()}
 
 
-def replay(plan: Plan, durations: dict[str, float]) -> list[Event]:
-    """Run the programs with the given block durations and zero-cost transfers."""
+def replay(plan: Plan, durations: dict[str, float], own: dict[str, float] | None = None) -> list[Event]:
+    """Run the programs with the given block durations and zero-cost transfers; an action found in
+    `own` (keyed by its text, e.g. ``F3:7``) takes that duration instead of its block's."""
+    own = own or {}
     progs = [p.actions for p in plan.programs]
     blocking = [p.blocking for p in plan.programs]
     n = len(progs)
@@ -68,7 +75,7 @@ def replay(plan: Plan, durations: dict[str, float]) -> list[Event]:
                 if any(at(o) != a for o in devs):
                     continue
                 start = max(now[o] for o in devs)
-                end = start + durations.get(a.block, 0.0)
+                end = start + own.get(str(a), durations.get(a.block, 0.0))
                 for o in devs:
                     out.append((o, str(a), start, end))
                     now[o], pc[o] = end, pc[o] + 1
