@@ -33,6 +33,8 @@ def in_memory(s: dict, units: int) -> str:
 
 def summary(spec, plan) -> dict:
     """The numbers `tessel search` reports, as plain data (the `--json` output)."""
+    from tessel_dsl.search.baselines.compare import running_period
+
     info, sched = plan.search, plan.schedule
     per_mb = info.period / info.repetend_copies
     bound = max(info.lower_bound, info.memory_bound)  # no schedule runs below either (docs/search.md)
@@ -44,6 +46,9 @@ def summary(spec, plan) -> dict:
         "period": info.period,
         "repetend_copies": info.repetend_copies,
         "period_per_microbatch": per_mb,
+        # What runs at this N, per micro-batch, which may not be the repetend kept for other N
+        # (a baseline's order that beat the extension, or N below N_R); None: no steady state.
+        "running_period": running_period(spec, sched, info),
         "lower_bound": info.lower_bound,
         "memory_bound": info.memory_bound,
         "gap": round(gap, 6),
@@ -90,6 +95,22 @@ def _period(s: dict) -> str:
     return f"{period}  (lower bound {bound}: {verdict})"
 
 
+def _running(s: dict) -> str | None:
+    """The period per micro-batch at this N, where it is not the repetend's."""
+    run = s["running_period"]
+    if s["period"] and run is not None and abs(run - s["period_per_microbatch"]) < 1e-9:
+        return None  # the repetend row says it
+    if run is None:
+        if not s["period"]:
+            return None
+        return "- (no steady state at this N: the row below is the repetend kept for larger N)"
+    bound = max(s["lower_bound"], s.get("memory_bound", 0))
+    shown = int(run) if run == int(run) else round(run, 2)
+    verdict = "at the bound" if bound and run <= bound + 1e-9 else (
+        f"{(run - bound) / bound * 100:.1f}% above the bound {in_time(s, bound)}" if bound else "")
+    return f"{in_time(s, shown)} per micro-batch  ({verdict}; the row below is the repetend kept for other N)"
+
+
 def _makespan(s: dict) -> str:
     if not s["makespan_bound"]:
         return in_time(s, s["makespan"])
@@ -107,6 +128,7 @@ def _proven(s: dict) -> str:
 
 # The rows of the summary table: (label, text from the summary dict, or None to leave the row out).
 ROWS = (
+    ("period at this N", _running),
     ("repetend period t_R", _period),
     ("micro-batches in repetend N_R", lambda s: str(s["nr"]) if s["nr"] else "-"),
     ("makespan", _makespan),
@@ -166,7 +188,7 @@ def search(
                                                help="Stop after about S seconds and return the best valid "
                                                     "schedule found; the summary then says `proven: no` and why."),
     as_json: bool = typer.Option(False, "--json",
-                                 help="Print the summary as JSON only (period, lower bound, memory bound, gap "
+                                 help="Print the summary as JSON only (period, the period that runs at this N, lower bound, memory bound, gap "
                                       "to the larger of the two, N_R, makespan, makespan bound and gap, time "
                                       "unit, bubble, peak memory, search time, solver, method, proven, period "
                                       "proven, copies, note (the notes worded), notes (each a `kind` and its "

@@ -123,3 +123,23 @@ def test_walk_budget_shrinks_with_the_model():
 
     small, chain8 = parse(CAPPED), parse(SERIAL)
     assert walk_budget(small) == 108 / 8 and walk_budget(chain8) == 108 / 6
+
+
+def test_the_summary_states_the_period_the_plan_runs():
+    """A plan that runs a baseline's order: the summary's period at this N is the gap between
+    micro-batches in its steady part (read off the schedule: device 0 starts a micro-batch every
+    9 units from the sixth on), and a row of its own appears only where that is not the repetend's."""
+    from tessel_dsl.cli.search import _running, summary
+
+    spec = parse(CAPPED)
+    r = search(spec)
+    starts = sorted(s.start for s in r.schedule.slots if s.block == "F0")
+    assert {b - a for a, b in zip(starts[5:], starts[6:])} == {9}
+    s = summary(spec, make_plan(spec, r.schedule, r.info))
+    assert s["running_period"] == 9 == s["period_per_microbatch"] and _running(s) is None
+    # The same numbers where the repetend kept for other N is longer than what runs (as when a
+    # one-micro-batch repetend is kept beside a capped 1F1B order): both are said.
+    other = s | {"period": 538, "period_per_microbatch": 538.0, "running_period": 108.5, "lower_bound": 89,
+                 "memory_bound": 88.3}
+    assert _running(other).startswith("108.5 per micro-batch  (21.9% above the bound 89;")
+    assert "- (no steady state" in _running(other | {"running_period": None})

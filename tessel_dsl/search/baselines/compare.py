@@ -179,7 +179,10 @@ def running_period(spec: Spec, schedule: Schedule, info: SearchInfo | None = Non
     period over k. Without `info` (a schedule read from a plan), only the first two."""
     info = info or SearchInfo()
     rep = schedule.repetend
-    beaten = [x.values["baseline"] for x in info.notes if x.kind == "baseline-beats"]
+    # The plan runs a baseline's block order: one that beat the extension, one no repetend could
+    # beat, or one at the makespan bound.
+    beaten = [x.values["baseline"] for x in info.notes
+              if x.kind in ("baseline-beats", "baseline-unbeaten", "baseline-at-bound")]
     if beaten and info.repetend_copies == 1:
         try:
             return measured_period(spec, build(spec, beaten[0], steady_n // 2), build(spec, beaten[0], steady_n))
