@@ -3,8 +3,10 @@
 For each layer kind it times, as medians of CUDA-event intervals over ``--reps`` repetitions after
 ``--warmup`` ones, every phase alone (the device synchronised before and after it):
 
-* F: the stage's forward;
-* I: `split_backward.backward_input` (input gradient, the gradients kept for the weight pass);
+* F: the stage's forward, and `split_backward.prepare` on its graph (which parameter gradients each
+  pass computes), as the executor runs a forward whose backward is split;
+* I: `split_backward.backward_input` with that (input gradient, the gradients kept for the weight
+  pass);
 * W: `WeightGrad.run()` (the parameter gradients from the kept gradients);
 * B: ``torch.autograd.backward`` of a second forward of the same input, with the same seed gradient.
 
@@ -30,7 +32,8 @@ On the GPU machine (torch only, no transformers, no network), with bench/wheels 
 
     PYTHONPATH=. python3 bench/gpu_split.py --out $OUT        carry ["bench/wheels"]
 
-When ``import transformers`` fails and bench/wheels exists, the script installs those wheels with
+When transformers is missing or at another version than bench/wheels' (the tests' version), the
+script installs those wheels with
 ``pip install --no-index --no-deps --target <a temporary folder>`` and puts that folder first on
 sys.path (unpacking the wheels there itself when pip is missing); the folder goes at exit.
 bench/wheels is ignored by git; it is made with
@@ -73,7 +76,7 @@ from gpu_common import GPT, ROOT, write_results
 
 from tessel_dsl.executor.models import chain, gpt
 from tessel_dsl.executor.models.common import DTYPES, seeded
-from tessel_dsl.executor.split_backward import backward_input
+from tessel_dsl.executor.split_backward import backward_input, prepare
 
 WHEELS = ROOT / "bench" / "wheels"
 KINDS = ("chain", "gpt", "llama")
@@ -135,7 +138,7 @@ def llama_stage(tiny: bool, dtype: str, device: torch.device) -> Stage:
     pos = torch.arange(sizes["seq"], device=device).unsqueeze(0)
 
     def run(x):
-        mask = create_causal_mask(config=cfg, inputs_embeds=x, attention_mask=None, cache=None, position_ids=pos)
+        mask = create_causal_mask(cfg, x, None, None, position_ids=pos)  # None here: sdpa's causal path
         cos_sin = rotary(x, position_ids=pos)
         for layer in layers:
             x = layer(x, attention_mask=mask, position_ids=pos, position_embeddings=cos_sin)
@@ -148,15 +151,21 @@ BUILD = {"chain": chain_stage, "gpt": gpt_stage, "llama": llama_stage}
 
 
 def need_transformers(wheel_dir: Path = WHEELS) -> None:
-    """Makes ``import transformers`` work, from `wheel_dir` when it is not installed."""
+    """Makes ``import transformers`` work at the wheels' version: the installed one when it is that
+    version (or there are no wheels), else the wheels in `wheel_dir`, put first on sys.path."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    wheels = sorted(glob.glob(str(Path(wheel_dir) / "*.whl")))
+    wanted = [Path(w).name.split("-")[1] for w in wheels if Path(w).name.startswith("transformers-")]
     try:
-        import transformers  # noqa: F401
+        have = version("transformers")
+    except PackageNotFoundError:
+        have = None
+    if have and (not wanted or have == wanted[0]):
         return
-    except ImportError:
-        wheels = sorted(glob.glob(str(Path(wheel_dir) / "*.whl")))
-        if not wheels:
-            raise SystemExit(f"the llama kind needs transformers: install it, or carry the wheels in {wheel_dir} "
-                             f"(see this script's docstring)") from None
+    if not wheels:
+        raise SystemExit(f"the llama kind needs transformers: install it, or carry the wheels in {wheel_dir} "
+                         f"(see this script's docstring)")
     target = tempfile.mkdtemp(prefix="gpu_split_wheels_")
     atexit.register(shutil.rmtree, target, ignore_errors=True)
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
@@ -219,8 +228,10 @@ def measure(kind: str, tiny: bool, device: torch.device, dtype: str, reps: int, 
     split = whole = None
     for rep in range(warmup + reps):
         _clear(stage, x)
-        y, f = clock.time(lambda: stage.forward(x))
-        (x_grads, wgrad), i = clock.time(lambda: backward_input([y], [seed], [x], stage.params))
+        # F as the executor runs it before a split backward: the forward, then `prepare` (its walk
+        # over the graph runs on the host while the device runs the forward's kernels).
+        (y, split_at), f = clock.time(lambda: (lambda out: (out, prepare([out], [x], stage.params)))(stage.forward(x)))
+        (x_grads, wgrad), i = clock.time(lambda: backward_input([y], [seed], [x], stage.params, split_at))
         _, w = clock.time(wgrad.run)
         split = _grads(stage, x_grads[0])
         y = wgrad = None  # frees the graph the input pass kept

@@ -29,7 +29,7 @@ from tessel_dsl.executor.model_api import (
     forward_succs,
     load_factory,
 )
-from tessel_dsl.executor.split_backward import backward_input
+from tessel_dsl.executor.split_backward import backward_input, prepare
 from tessel_dsl.interop.profiled_spec import Measurement
 from tessel_dsl.ir import Kind, Mode, Spec
 
@@ -130,7 +130,9 @@ def _measure_block(run: _BlockRun, split: bool, timer: _Timer, repeats: int, war
             raise ExecutionError("its outputs do not depend on anything that needs a gradient")
         if split:
             pending = []
-            t_i = timer.once(lambda: pending.append(backward_input(outs, grads, run.inputs, run.params)[1]))
+            # The executor reads the graph during the forward (`prepare`), off the input pass.
+            split_at = prepare(outs, run.inputs, run.params)
+            t_i = timer.once(lambda: pending.append(backward_input(outs, grads, run.inputs, run.params, split_at)[1]))
             t_w = timer.once(lambda: pending[0].run())
             if i >= warmup:
                 samples["input_grad"].append(t_i)

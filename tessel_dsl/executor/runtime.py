@@ -19,7 +19,7 @@ import torch
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.executor.comm import CommTimeout, MessageManager
 from tessel_dsl.executor.model_api import StageModel, backward_of, forward_preds, forward_succs, grad_meta, grad_slice
-from tessel_dsl.executor.split_backward import backward_input
+from tessel_dsl.executor.split_backward import backward_input, prepare
 from tessel_dsl.ir import Kind, Mode
 from tessel_dsl.plan import Plan
 from tessel_dsl.program import Action, Op
@@ -185,8 +185,14 @@ class RankRunner:
         with torch.set_grad_enabled(self.train):
             out = module(*inputs, *data)
         out = out if isinstance(out, tuple) else (out,)
-        if self.train and backward_of(self.spec, name) is not None:
-            self.saved[(name, mb)] = (inputs, out)
+        bwd = backward_of(self.spec, name) if self.train else None
+        if bwd is not None:
+            split = None
+            if self.spec.block(bwd).kind is Kind.INPUT_GRAD:
+                # Read the graph now, while the device runs the forward, not when the input
+                # gradient is due (the pass it splits is then on the critical path).
+                split = prepare([o for o in out if o.requires_grad], self._leaves(inputs), self._params(name))
+            self.saved[(name, mb)] = (inputs, out, split)
         if self.is_loss_block(name):
             if collect:
                 result.losses[mb] = out[0].detach()
@@ -213,6 +219,13 @@ class RankRunner:
                 grads[i] = g if grads[i] is None else grads[i] + g
         return grads
 
+    @staticmethod
+    def _leaves(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [t for t in inputs if t.is_floating_point()]
+
+    def _params(self, fwd: str) -> list[torch.Tensor]:
+        return [p for p in self.stage.modules[fwd].parameters() if p.requires_grad]
+
     def _backward(self, name: str, mb: int) -> None:
         b = self.spec.block(name)
         fwd = b.forward
@@ -221,15 +234,13 @@ class RankRunner:
         if b.kind is Kind.WEIGHT_GRAD:
             self.saved.pop((fwd, mb)).run()
             return
-        split = b.kind is Kind.INPUT_GRAD
-        inputs, outs = self.saved.pop((fwd, mb))
+        inputs, outs, split = self.saved.pop((fwd, mb))
         grads = self._output_grads(fwd, mb, outs)
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
-        leaves = [t for t in inputs if t.is_floating_point()]
+        leaves = self._leaves(inputs)
         t_outs, t_grads = [o for o, _ in pairs], [g for _, g in pairs]
-        if split:
-            params = [p for p in self.stage.modules[fwd].parameters() if p.requires_grad]
-            in_grads, self.saved[(fwd, mb)] = backward_input(t_outs, t_grads, leaves, params)
+        if b.kind is Kind.INPUT_GRAD:
+            in_grads, self.saved[(fwd, mb)] = backward_input(t_outs, t_grads, leaves, self._params(fwd), split)
         else:
             if pairs:
                 torch.autograd.backward(t_outs, t_grads)

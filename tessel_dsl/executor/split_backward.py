@@ -124,20 +124,33 @@ def _accumulate(params: list[torch.Tensor], grads) -> None:
             p.grad += g
 
 
-def backward_input(outs: list[torch.Tensor], grads: list[torch.Tensor], inputs: list[torch.Tensor],
-                   params: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], WeightGrad]:
-    """Gradients of `inputs` (None where unused) from `outs` seeded with `grads`, and the pending
-    weight pass for `params`."""
+@dataclass
+class Split:
+    """Which parameter gradients each pass computes, read off one micro-batch's graph.
+
+    Made right after the forward (`prepare`), while the device still runs the forward's kernels,
+    so the walk over the graph costs the input pass nothing on the device's critical path."""
+
+    outs: list[int]                   # ids of the outputs it was read from
+    need: list[torch.Tensor]          # inputs that get a gradient
+    early: list[torch.Tensor]         # one-dimensional parameters on the input path
+    groups: list[tuple[list[torch.Tensor], list[Node]]]  # (params, junctions) for the weight pass
+    rest: list[torch.Tensor]          # parameters the weight pass computes from the outputs
+
+
+def prepare(outs: list[torch.Tensor], inputs: list[torch.Tensor], params: list[torch.Tensor]) -> Split:
+    """The split of one micro-batch's backward from `outs` to `inputs` and `params`."""
     need = [t for t in inputs if t.requires_grad]
     params = [p for p in params if p.requires_grad]
     roots = [n for n in (grad_node(o) for o in outs) if n is not None]
+    ids = [id(o) for o in outs]
     if not need or not roots:
-        return [None] * len(inputs), WeightGrad([], params, list(outs), list(grads))
+        return Split(ids, need, [], [], params)
     up = _consumers(roots)
     path, _ = _above([grad_node(t) for t in need], up, set())
     groups: dict[Node, _Group] = {}
     rest: list[torch.Tensor] = []
-    early: list[torch.Tensor] = []  # one-dimensional, on the input path: done in the input pass
+    early: list[torch.Tensor] = []
     for p in params:
         node = grad_node(p)
         branch, met = _above([node], up, path)
@@ -159,6 +172,19 @@ def backward_input(outs: list[torch.Tensor], grads: list[torch.Tensor], inputs: 
         for m in group.junctions:
             groups[m] = group
     unique = list({id(g): g for g in groups.values()}.values())
+    return Split(ids, need, early, [(g.params, g.junctions) for g in unique], rest)
+
+
+def backward_input(outs: list[torch.Tensor], grads: list[torch.Tensor], inputs: list[torch.Tensor],
+                   params: list[torch.Tensor], split: Split | None = None) -> tuple[list[torch.Tensor | None], WeightGrad]:
+    """Gradients of `inputs` (None where unused) from `outs` seeded with `grads`, and the pending
+    weight pass for `params`; `split` is `prepare`'s for the same outputs, or made here."""
+    if split is None or split.outs != [id(o) for o in outs]:
+        split = prepare(outs, inputs, params)
+    need, early, rest = split.need, split.early, split.rest
+    if not need or not any(grad_node(o) is not None for o in outs):
+        return [None] * len(inputs), WeightGrad([], rest, list(outs), list(grads))
+    unique = [_Group(list(ps), list(js)) for ps, js in split.groups]
     hooks = []
     for g in unique:
         for node in g.junctions:
