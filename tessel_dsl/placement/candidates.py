@@ -47,6 +47,20 @@ SPREAD_SHARE = 0.25
 SHARDED = ("embedding", "head")
 
 
+def split_weight_grad(u: Unit) -> float:
+    """The weight pass a pipeline pays for `u`: its measured W, but no more than what its measured
+    unsplit backward leaves after its input pass (B - I). The two passes do one backward's work
+    (`tests/unit/test_plan_costs.py` counts the FLOPs equal); timed alone from an idle device, W
+    also holds the launch gaps of its several small autograd calls and gradient additions, which a
+    pipelined run hides behind other work: on 4 x H200 the GPT's layers measured W 2.0-2.7 ms a
+    unit alone but 1.57 ms a layer in the run, where I + W equalled the 1F1B run's B within 1% on
+    every stage (bench/results/gpu_zb_h200x4_2026-11-27b.md). A profile without an unsplit
+    backward keeps W as measured."""
+    if not u.unsplit_backward:
+        return u.weight_grad
+    return min(u.weight_grad, max(0.0, u.unsplit_backward - u.input_grad))
+
+
 @dataclass(frozen=True)
 class Group:
     """One forward block: units on devices. On several devices its embedding and head are
@@ -77,12 +91,25 @@ class Group:
         return sum(self._part(u, u.forward + u.loss_forward) for u in self.units) + self.comm_forward
 
     @property
+    def takes_input_grad(self) -> bool:
+        """Whether anything this block receives needs a gradient. A block that begins with the
+        embedding gets token ids only: the executor's input pass has nothing to differentiate and
+        its weight pass runs the whole backward (`executor/split_backward.py`)."""
+        first = self.units[0]
+        return bool(first.input_bytes or first.input_grad)
+
+    @property
     def input_grad(self) -> float:
+        if not self.takes_input_grad:
+            return self.comm_backward
         return sum(self._part(u, u.input_grad + u.loss_backward) for u in self.units) + self.comm_backward
 
     @property
     def weight_grad(self) -> float:
-        return sum(self._part(u, u.weight_grad, self._dense(u)) for u in self.units)
+        if not self.takes_input_grad:
+            return sum(self._part(u, split_weight_grad(u) + u.input_grad + u.loss_backward, self._dense(u))
+                       for u in self.units)
+        return sum(self._part(u, split_weight_grad(u), self._dense(u)) for u in self.units)
 
     @property
     def backward(self) -> float:
