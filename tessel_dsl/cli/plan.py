@@ -68,7 +68,8 @@ def plan(
     spread_overhead: Optional[float] = typer.Option(None, "--spread-overhead", min=0.0, metavar="S",
                                                     help="Seconds a block spread over devices takes per "
                                                          "micro-batch, forward and backward each, beyond compute "
-                                                         "and collectives (default 0)."),
+                                                         "and collectives: the rendezvous of every device at it "
+                                                         "(default 0, or what --from-run measured)."),
     from_run: Optional[Path] = typer.Option(None, "--from-run", metavar="REPORT",
                                             help="A run report of a plan `tessel plan` wrote (`tessel run --json`, "
                                                  "a Pipeline run's summary): that candidate is costed with the "
