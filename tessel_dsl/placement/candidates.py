@@ -17,7 +17,11 @@ submodule binding `Pipeline` takes.
 
 A block holding the head also holds the loss: the profile's cross entropy on the logits is added
 to its forward and to its input gradient. An unsplit backward costs the measured unsplit backward
-where the profile has one, else input + weight gradient.
+where the profile has one, else input + weight gradient. A split backward costs at most the
+unsplit one (`split_weight_grad`: W no more than B - I), and a block whose first unit receives
+nothing that needs a gradient (the embedding's token ids) has no input gradient: its whole
+backward is its weight gradient, as the executor's split runs it. A run's measured block times
+can replace a candidate's (`measured`, from `tessel plan --from-run`).
 
 Each device's `reserve` is the weights, gradients and optimizer state of what it holds, so the
 search sees the room really left for activations.
