@@ -34,6 +34,8 @@ class PlanResult:
     blocks: dict[str, list[str]]
     spec_text: str
     files: dict[str, Path]
+    spread_overhead: float = 0.0     # seconds a spread block was costed beyond compute and collectives
+    run: object = None               # the `from_run.RunCosts` a run report gave, if one was given
 
     @property
     def best(self) -> Choice:
@@ -46,7 +48,7 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
                baselines: bool = True, profile: Profile | None = None, progress=None,
                time_limit: float | None = None, link_bandwidth: str | float | None = None,
                link_latency: float | None = None, spread_overhead: float | None = None,
-               dense_embedding_grad: bool = False) -> PlanResult:
+               dense_embedding_grad: bool = False, from_run: dict | None = None) -> PlanResult:
     """Profile `model` on `example_batch` (one micro-batch of what its forward takes), generate the
     candidate placements over `devices` devices with `memory` each (less `reserve`: CUDA context,
     buffers), search each against the baselines and return the shortest plan that fits.
@@ -65,6 +67,11 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     added to each spread block's forward and backward per micro-batch: what such a block was
     measured to take beyond its compute and collectives. `dense_embedding_grad=True` costs a
     spread embedding's weight gradient whole on each device (see `candidates.candidates`).
+
+    `from_run` is a run report of a plan `tessel plan` wrote (`tessel run --json`, a `Pipeline`
+    run's summary): the candidate that ran is costed with its measured block times and searched
+    again on them, and, when it spreads blocks and no `spread_overhead` is given, the spread
+    overhead it measured is used for every candidate (`placement.from_run`).
     """
     from tessel_dsl.placement.candidates import candidates
     from tessel_dsl.placement.choose import choose
@@ -85,6 +92,15 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     links = _links(profile.device, link_bandwidth, link_latency, spread_overhead)
     try:
         cands = candidates(profile, devices, capacity, n, links=links, dense_embedding_grad=dense_embedding_grad)
+        run = None
+        if from_run is not None:
+            from tessel_dsl.placement.from_run import from_report
+
+            run = from_report(from_run, {c.name: c.spread for c in cands})
+            if spread_overhead is None and run.spread_overhead is not None:
+                links = _links(profile.device, link_bandwidth, link_latency, run.spread_overhead)
+            cands = candidates(profile, devices, capacity, n, links=links, dense_embedding_grad=dense_embedding_grad,
+                               measured={run.candidate: run.block_seconds})
     except ValueError as e:
         raise TesselError(str(e)) from None
     if budget is not None and time_limit is not None:
@@ -101,7 +117,7 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     files: dict[str, Path] = {}
     if output is not None:
         files = write(plan, cand.text, cand.blocks, Path(output), profile)
-    return PlanResult(plan, outcome, profile, cand.blocks, cand.text, files)
+    return PlanResult(plan, outcome, profile, cand.blocks, cand.text, files, links.block_overhead, run)
 
 
 def _links(device: str, bandwidth, latency, overhead=None):

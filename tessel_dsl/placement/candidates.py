@@ -17,7 +17,11 @@ submodule binding `Pipeline` takes.
 
 A block holding the head also holds the loss: the profile's cross entropy on the logits is added
 to its forward and to its input gradient. An unsplit backward costs the measured unsplit backward
-where the profile has one, else input + weight gradient.
+where the profile has one, else input + weight gradient. A split backward costs at most the
+unsplit one (`split_weight_grad`: W no more than B - I), and a block whose first unit receives
+nothing that needs a gradient (the embedding's token ids) has no input gradient: its whole
+backward is its weight gradient, as the executor's split runs it. A run's measured block times
+can replace a candidate's (`measured`, from `tessel plan --from-run`).
 
 Each device's `reserve` is the weights, gradients and optimizer state of what it holds, so the
 search sees the room really left for activations.
@@ -29,6 +33,7 @@ import math
 from dataclasses import dataclass, field
 
 from tessel_dsl.interop.profiled_spec import nice_floor
+from tessel_dsl.lang.derive import backward_name
 from tessel_dsl.placement.costs import ADAM_BYTES_PER_PARAM, Links, Profile, Unit, default_links
 from tessel_dsl.units import round_units
 
@@ -45,6 +50,20 @@ SPREAD_SHARE = 0.25
 # Units a spread block shards (`tp.tp_plans`: the embeddings by vocabulary rows, the head by
 # vocabulary columns); any other unit of the block (the final norm) runs whole on each device.
 SHARDED = ("embedding", "head")
+
+
+def split_weight_grad(u: Unit) -> float:
+    """The weight pass a pipeline pays for `u`: its measured W, but no more than what its measured
+    unsplit backward leaves after its input pass (B - I). The two passes do one backward's work
+    (`tests/unit/test_plan_costs.py` counts the FLOPs equal); timed alone from an idle device, W
+    also holds the launch gaps of its several small autograd calls and gradient additions, which a
+    pipelined run hides behind other work: on 4 x H200 the GPT's layers measured W 2.0-2.7 ms a
+    unit alone but 1.57 ms a layer in the run, where I + W equalled the 1F1B run's B within 1% on
+    every stage (bench/results/gpu_zb_h200x4_2026-11-27b.md). A profile without an unsplit
+    backward keeps W as measured."""
+    if not u.unsplit_backward:
+        return u.weight_grad
+    return min(u.weight_grad, max(0.0, u.unsplit_backward - u.input_grad))
 
 
 @dataclass(frozen=True)
@@ -77,12 +96,25 @@ class Group:
         return sum(self._part(u, u.forward + u.loss_forward) for u in self.units) + self.comm_forward
 
     @property
+    def takes_input_grad(self) -> bool:
+        """Whether anything this block receives needs a gradient. A block that begins with the
+        embedding gets token ids only: the executor's input pass has nothing to differentiate and
+        its weight pass runs the whole backward (`executor/split_backward.py`)."""
+        first = self.units[0]
+        return bool(first.input_bytes or first.input_grad)
+
+    @property
     def input_grad(self) -> float:
+        if not self.takes_input_grad:
+            return self.comm_backward
         return sum(self._part(u, u.input_grad + u.loss_backward) for u in self.units) + self.comm_backward
 
     @property
     def weight_grad(self) -> float:
-        return sum(self._part(u, u.weight_grad, self._dense(u)) for u in self.units)
+        if not self.takes_input_grad:
+            return sum(self._part(u, split_weight_grad(u) + u.input_grad + u.loss_backward, self._dense(u))
+                       for u in self.units)
+        return sum(self._part(u, split_weight_grad(u), self._dense(u)) for u in self.units)
 
     @property
     def backward(self) -> float:
@@ -196,8 +228,12 @@ def _text(amount: int, table) -> str:
 
 class _Writer:
     def __init__(self, name: str, groups: list[Group], devices: int, capacity: int, microbatches: int,
-                 split: bool, per_param: int, header: str, shared: list[tuple[str, str, int]] = ()):
+                 split: bool, per_param: int, header: str, shared: list[tuple[str, str, int]] = (),
+                 measured: dict[str, float] | None = None, spread_overhead: float = 0.0):
         self.groups, self.split = groups, split
+        # block -> seconds a run measured (`from_run`): they replace the profile's costs; a spread
+        # block's measured time holds its compute and collectives, not what it costs beyond them
+        self.measured, self.spread_overhead = measured or {}, spread_overhead
         longest = max(max(g.forward, g.input_grad + g.weight_grad, g.backward) for g in groups)
         self.t_res = max(1, round(nice_floor(max(longest, 1e-9) / TIME_STEPS) * 1e9))  # ns
         biggest = max(g.activation_bytes for g in groups)
@@ -234,6 +270,13 @@ class _Writer:
     def act(self, g: Group) -> int:
         return max(1, round_units(g.activation_bytes / self.m_res, positive=True))
 
+    def cost(self, g: Group, block: str, profiled: float) -> str:
+        """`block`'s time: measured by a run where given (a spread block's plus the overhead a
+        spread block costs beyond what the run timed), else the profile's."""
+        if block not in self.measured:
+            return self.time(profiled)
+        return self.time(self.measured[block] + (self.spread_overhead if len(g.devices) > 1 else 0.0))
+
     def text(self, devices: int) -> str:
         def on(g: Group) -> str:
             return "all" if len(g.devices) == devices > 1 else ",".join(map(str, g.devices))
@@ -241,31 +284,54 @@ class _Writer:
         for g in self.groups:
             a = self.act(g)
             if self.split:
-                self.lines += [f"forward {g.name} on {on(g)} time {self.time(g.forward)} memory {self.mem(a)}",
-                               f"input_grad I{g.name[1:]} of {g.name} time {self.time(g.input_grad)}",
-                               (f"weight_grad W{g.name[1:]} of {g.name} time {self.time(g.weight_grad)} "
+                i, w = split_names(g.name)
+                self.lines += [f"forward {g.name} on {on(g)} time {self.cost(g, g.name, g.forward)} "
+                               f"memory {self.mem(a)}",
+                               f"input_grad {i} of {g.name} time {self.cost(g, i, g.input_grad)}",
+                               (f"weight_grad {w} of {g.name} time {self.cost(g, w, g.weight_grad)} "
                                f"memory -{self.mem(a)}"),
-                               f"I{g.name[1:]} -> W{g.name[1:]}"]
+                               f"{i} -> {w}"]
             else:
-                self.lines.append(f"forward {g.name} on {on(g)} time {self.time(g.forward)} memory {self.mem(a)} "
-                                  f"grad time {self.time(g.backward)}")
+                self.lines.append(f"forward {g.name} on {on(g)} time {self.cost(g, g.name, g.forward)} "
+                                  f"memory {self.mem(a)} grad time {self.cost(g, backward_name(g.name), g.backward)}")
         names = [g.name for g in self.groups]
         self.lines.append("")
         self.lines += [f"{a} -> {b}" for a, b in itertools.pairwise(names)]
         if self.split:
-            self.lines.append(f"{names[-1]} -> I{names[-1][1:]}")
-            self.lines += [f"I{b[1:]} -> I{a[1:]}" for a, b in itertools.pairwise(names)]
+            self.lines.append(f"{names[-1]} -> {split_names(names[-1])[0]}")
+            self.lines += [f"{split_names(b)[0]} -> {split_names(a)[0]}" for a, b in itertools.pairwise(names)]
         else:
             self.lines.append("derive backward")
         return "\n".join(self.lines) + "\n"
 
 
+def split_names(forward: str) -> tuple[str, str]:
+    """The input- and weight-gradient blocks of a split forward block: F3 -> I3, W3."""
+    return f"I{forward[1:]}", f"W{forward[1:]}"
+
+
+def block_names(groups: list[Group], split: bool) -> set[str]:
+    """Every block a candidate's spec has."""
+    out = set()
+    for g in groups:
+        out |= {g.name, *split_names(g.name)} if split else {g.name, backward_name(g.name)}
+    return out
+
+
 def _candidate(name: str, groups: list[Group], devices: int, capacity: int, microbatches: int, split: bool,
-               per_param: int, profile: Profile, spread: tuple[str, ...] = ()) -> Candidate:
+               per_param: int, profile: Profile, spread: tuple[str, ...] = (),
+               measured: dict[str, dict[str, float]] | None = None, overhead: float = 0.0) -> Candidate:
     header = (f"{name}: generated by `tessel plan` from a profile on {profile.device}, micro-batch "
               f"{'x'.join(map(str, profile.batch_shape))}")
+    ran = (measured or {}).get(name)
+    if ran is not None:
+        unknown = sorted(set(ran) - block_names(groups, split))
+        if unknown:
+            raise ValueError(f"the run timed blocks that {name} does not have: {', '.join(unknown)} (was it run "
+                             f"with a plan made from another profile or device count?)")
+        header += "; block times measured by a run of it"
     w = _Writer(name, groups, devices, capacity, microbatches, split, per_param, header,
-                profile.shared_state(per_param))
+                profile.shared_state(per_param), ran, overhead)
     text = w.text(devices)
     notes = tuple(f"{b} is costed as sharded over all {devices} devices: pass Pipeline "
                   f"tp=tessel_dsl.placement.tp_plans(plan, blocks, model) or it runs replicated" for b in spread)
@@ -308,20 +374,27 @@ def _chain_groups(units: list[Unit], parts: int, device_of) -> list[Group]:
 
 def candidates(profile: Profile, devices: int, capacity_bytes: int, microbatches: int, *,
                per_param: int = ADAM_BYTES_PER_PARAM, max_chunks: int = MAX_CHUNKS,
-               links: Links | None = None, dense_embedding_grad: bool = False) -> list[Candidate]:
+               links: Links | None = None, dense_embedding_grad: bool = False,
+               measured: dict[str, dict[str, float]] | None = None) -> list[Candidate]:
     """Every candidate placement of `profile` over `devices` devices with `capacity_bytes` each;
     `links` times a spread block's collectives (default: `costs.default_links` for the device the
     profile was measured on). A spread embedding's weight gradient is costed over D, as
     `tp.tp_plans` shards it (`VocabShardedEmbedding` builds only its own rows' gradient);
     `dense_embedding_grad=True` costs it whole on each device, as DTensor's RowwiseParallel runs
-    it (what `tp_plans` still gives an embedding with a padding row or other options)."""
+    it (what `tp_plans` still gives an embedding with a padding row or other options).
+
+    `measured` maps a candidate's name to its blocks' seconds as a run of it measured
+    (`block_seconds`): those replace the profile's costs of that candidate (`from_run`)."""
     units = list(profile.units)
     if devices > len(units):
         raise ValueError(f"{devices} devices but only {len(units)} units to place: use at most {len(units)}")
     D = devices
 
+    links = links or default_links(profile.device)
+
     def make(name, groups, split, spread=()):
-        return _candidate(name, groups, D, capacity_bytes, microbatches, split, per_param, profile, spread)
+        return _candidate(name, groups, D, capacity_bytes, microbatches, split, per_param, profile, spread,
+                          measured, links.block_overhead)
 
     out = [make("chain", _chain_groups(units, D, lambda k: k), False)]
     if D == 1:
@@ -332,7 +405,6 @@ def candidates(profile: Profile, devices: int, capacity_bytes: int, microbatches
             out.append(make(f"interleaved-{c}", _chain_groups(units, D * c, lambda k: k % D), False))
     if 2 * D <= len(units):
         out.append(make("v-split", _chain_groups(units, 2 * D, lambda k: k if k < D else 2 * D - 1 - k), True))
-    links = links or default_links(profile.device)
     out += _mshapes(units, D, make, per_param, links, math.prod(profile.batch_shape) if profile.batch_shape else 1,
                     dense_embedding_grad)
     return out

@@ -172,3 +172,45 @@ def test_the_link_model_reaches_the_candidates():
     assert fast["chain"] == slow["chain"]
     line = [x for x in slow["mshape-H"].splitlines() if x.startswith("forward H ")]
     assert line and line[0] not in fast["mshape-H"]
+
+
+def test_a_split_backward_costs_at_most_one_unsplit_backward():
+    """Worked by hand from the 4 x H200 GPT layer's profile (ms): I 1.6, W 2.4, unsplit B 3.2: the
+    weight pass is costed B - I = 1.6 (the run measured 1.57 a layer), the input pass as measured.
+    A W already under B - I is kept; a profile without an unsplit backward keeps W; an I over B
+    (a norm's noise) leaves W nothing."""
+    from tessel_dsl.placement.candidates import split_weight_grad
+    from tessel_dsl.placement.costs import Unit
+
+    layer = Unit("layer0", ("layers.0",), 1.3e-3, 1.6e-3, 2.4e-3, 10, 10, unsplit_backward=3.2e-3)
+    assert split_weight_grad(layer) == pytest.approx(1.6e-3)
+    assert split_weight_grad(Unit("l", ("l",), 1e-3, 1e-3, 1e-3, 1, 1, unsplit_backward=3e-3)) == 1e-3
+    assert split_weight_grad(Unit("l", ("l",), 1e-3, 1e-3, 2.5e-3, 1, 1)) == 2.5e-3
+    assert split_weight_grad(Unit("n", ("n",), 1e-4, 2.7e-4, 2.4e-4, 1, 1, kind="norm",
+                                  unsplit_backward=2e-4)) == 0.0
+
+
+def test_a_block_that_begins_with_the_embedding_has_no_input_gradient():
+    """The first stage of a chain gets token ids: the executor's input pass has nothing to
+    differentiate and its weight pass runs the whole backward. By hand (ms): embedding W 0.6
+    (unsplit 0.6), two layers of I 1.6, W 2.4, unsplit 3.2: I = 0, W = 0.6 + 2 x (1.6 + 1.6) = 7.0
+    (the 4 x H200 run's first stage: I 0.003, W 6.72 ms). The next block keeps its I and pays
+    B - I for W."""
+    from tessel_dsl.placement.candidates import Group, candidates
+    from tessel_dsl.placement.costs import Profile, Unit
+
+    embed = Unit("embed", ("embed",), 0.1e-3, 0.0, 0.6e-3, 10, 0, kind="embedding", unsplit_backward=0.6e-3)
+    layers = [Unit(f"layer{i}", (f"layers.{i}",), 1.3e-3, 1.6e-3, 2.4e-3, 10, 10, unsplit_backward=3.2e-3)
+              for i in range(4)]
+    first = Group("F0", (embed, *layers[:2]), (0,))
+    assert not first.takes_input_grad
+    assert first.input_grad == 0.0 and first.weight_grad == pytest.approx(7.0e-3)
+    second = Group("F1", tuple(layers[2:]), (1,))
+    assert second.input_grad == pytest.approx(3.2e-3) and second.weight_grad == pytest.approx(3.2e-3)
+    # and so in the generated spec (resolution 100 us: the longest action, 7 ms, over 50, floored to a
+    # round step)
+    split = {c.name: c for c in candidates(Profile((embed, *layers), "gpu", (1, 8)), 2, 10**12, 4)}["chain-split"]
+    lines = split.text.splitlines()
+    assert "input_grad I0 of F0 time 100us" in lines           # the least a block can take: one unit
+    assert any(x.startswith("weight_grad W0 of F0 time 7ms") for x in lines)
+    assert "input_grad I1 of F1 time 3200us" in lines
