@@ -2,9 +2,9 @@
 spread over every device cost beyond them.
 
 A run's report (`tessel run --json`, `Pipeline`'s and the executor's `RunReport.summary()`) holds
-`block_seconds` -- each block's median duration as the replay charges it, a spread block's
-including its collectives -- the measured iteration, and the iteration replayed from those block
-times with free transfers (`simulated`). `tessel plan --from-run REPORT` re-costs the candidate
+`block_seconds` -- each block's median duration, a spread block's including its collectives -- the
+measured iteration, and the iteration replayed from those median times with free transfers
+(`simulated_block_medians`; `simulated` in reports written before that key). `tessel plan --from-run REPORT` re-costs the candidate
 that ran with those times and searches its schedule again on them. When that candidate spreads
 blocks over the devices, it also measures the *spread overhead*: the part of the iteration the
 replay does not hold, per execution of a spread block,
@@ -55,7 +55,10 @@ def from_report(report: dict, spread_of: dict[str, tuple[str, ...]], where: str 
         name = str(report["plan"])
         blocks = {str(k): float(v) for k, v in report["block_seconds"].items()}
         n = int(report["microbatches"])
-        measured, replayed = float(report["measured"]["iteration"]), float(report["simulated"]["iteration"])
+        # The replay on the blocks' median times (what a plan searched on `block_seconds` predicts);
+        # reports written before it had its own key hold it as `simulated`.
+        replay = report.get("simulated_block_medians", report["simulated"])
+        measured, replayed = float(report["measured"]["iteration"]), float(replay["iteration"])
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise TesselError(f"{where}: not a run report (`tessel run --json`, a Pipeline run's summary): "
                           f"missing or bad {e}") from None

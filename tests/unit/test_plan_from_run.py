@@ -38,6 +38,10 @@ def test_the_spread_overhead_is_the_gap_to_the_replay_per_spread_block_run():
     assert got.candidate == "mshape-H" and got.spread_executions == 16
     assert got.spread_overhead == pytest.approx(1.875e-3)
     assert from_report(report("chain_split"), {"chain-split": ()}).spread_overhead is None
+    # A report that also replays each micro-batch's own block times (`simulated`, whose busy time is
+    # the run's) keeps the replay on the medians apart: that is the one block_seconds predicts.
+    both = report(replayed=0.125) | {"simulated_block_medians": {"iteration": 0.100}}
+    assert from_report(both, {"mshape-H": ("H",)}).spread_overhead == pytest.approx(1.875e-3)
 
 
 def test_the_candidate_that_ran_takes_its_measured_block_times():
