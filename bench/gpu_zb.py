@@ -148,7 +148,7 @@ def costed_spec(key: str, entry: dict):
     return apply_measurements(spec, ms, time_resolution=resolution(ms))
 
 
-def plans(costs: Path) -> None:
+def plans(costs: Path, choice_runs: list[Path] = ()) -> None:
     """Search (or build 1F1B) on the measured costs; save each plan and what it was searched on.
     On the zero-bubble specs the baselines ZB-H1 and ZB-V are built on the same costs too, and
     their simulated length is kept beside the search's (what `tessel compare` prints)."""
@@ -176,9 +176,13 @@ def plans(costs: Path) -> None:
                     made[f"baseline_{base}_units"] = f"n/a ({str(e)[:60]})"
         print(key, json.dumps(made))
         info["plans"][key] = made
+    runs = {}
+    for f in choice_runs:  # later files win: the newest run of each model's choice
+        runs.update({k: v for k, v in json.loads(f.read_text()).items() if k in CHOICES and "block_seconds" in v})
+    info["choice_runs"] = [str(f) for f in choice_runs]
     for key in CHOICES:
         if key in prof:
-            info["plans"][key] = choose_plan(key, prof[key], prof.get("gpu", ""))
+            info["plans"][key] = choose_plan(key, prof[key], prof.get("gpu", ""), runs.get(key))
     write_json_atomic(OUT_DIR / "searched.json", info)
 
 
@@ -193,9 +197,11 @@ def _children_cpu() -> float:
     return new
 
 
-def choose_plan(key: str, entry: dict, gpu: str) -> dict:
+def choose_plan(key: str, entry: dict, gpu: str, run: dict | None = None) -> dict:
     """`tessel plan --profile` on the units' profile measured on the GPU: the plan, its spec, its
-    binding beside `plan_file(key)`, and the candidates' table."""
+    binding beside `plan_file(key)`, and the candidates' table. `run`: an earlier run's report of
+    the plan `tessel plan` chose for this model, given to it as `--from-run` (that candidate
+    re-costed with the block times the run measured, and the spread overhead it showed)."""
     import subprocess
 
     from tessel_dsl.plan import write_json_atomic
@@ -206,6 +212,10 @@ def choose_plan(key: str, entry: dict, gpu: str) -> dict:
     cmd = [sys.executable, "-m", "tessel_dsl.cli", "plan", "--profile", str(prof), "--devices", str(D),
            "--memory", f"{entry['memory_bytes']}B", "--reserve", RESERVE, "--microbatches", str(N),
            "-o", str(plan_file(key)), "--json"]
+    if run is not None:
+        report = plan_file(key).with_suffix(".run.json")
+        write_json_atomic(report, run)
+        cmd[-3:-3] = ["--from-run", str(report)]
     _children_cpu()
     t = time.process_time()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
@@ -215,7 +225,8 @@ def choose_plan(key: str, entry: dict, gpu: str) -> dict:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
     got = json.loads(done.stdout[done.stdout.index("{"):])
     got.update(command="tessel plan " + " ".join(cmd[4:]), device=gpu, search_cpu_s=round(cpu, 1),
-               source="units profiled alone on the GPU, placement and schedule chosen by `tessel plan`")
+               source="units profiled alone on the GPU, placement and schedule chosen by `tessel plan`"
+               + (f", with an earlier run of its {run['plan']} plan (--from-run)" if run else ""))
     print(key, json.dumps({k: v for k, v in got.items() if k != "rows"}))
     return got
 
@@ -519,6 +530,8 @@ def main() -> None:
     ap = arg_parser(__doc__)
     ap.add_argument("step", nargs="?", choices=("prepare", "profile", "plans", "run", "all"))
     ap.add_argument("--costs", type=Path, help="plans: the profile JSON written by the profile step")
+    ap.add_argument("--choice-runs", default="", help="plans: comma-separated run JSONs of this script whose "
+                    "choice rows `tessel plan` is given as --from-run (the newest per model)")
     ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS)
                     + " (run: in this order)")
     ap.add_argument("--steps", type=int, default=3, help="measured iterations per row")
@@ -549,7 +562,7 @@ def main() -> None:
         profile(args.out, only)
     if args.step in ("plans", "all"):
         costs = args.costs or Path(args.out) / "gpu_zb_profile.json"
-        plans(costs)
+        plans(costs, [Path(f) for f in args.choice_runs.split(",") if f])
     if args.step in ("run", "all"):
         run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag,
             tuple(args.torch.split(",")) if args.torch else None, set(args.keys.split(",")) if args.keys else None,

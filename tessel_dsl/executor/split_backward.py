@@ -2,10 +2,12 @@
 
 The input pass runs autograd from the block's outputs to its inputs only. On the way it keeps the
 gradient arriving at every node where a parameter's branch leaves the input path (the matmul
-node of a linear layer, a layer norm's node): those nodes are run again later for their
+node of a linear layer, a convolution's node): those nodes are run again later for their
 parameter outputs alone. The weight pass starts autograd at these kept gradients, so it runs
-only the parameter branches (a transpose, the weight matmul, a bias sum) and never walks the
-input path again. `torch.distributed.pipelining` splits its stages' backward the same way.
+only the parameter branches and never walks the input path again (`torch.distributed.pipelining`
+splits its stages' backward the same way). A linear layer's weight (the right-hand matrix of a
+matrix product, or its transpose) skips autograd there too: its gradient is one product of the
+kept output gradient and the product's saved input.
 
 Node sets, on the graph below the block's outputs:
 * the input path: nodes from which one of the block's inputs can be reached;
@@ -78,6 +80,32 @@ class _Group:
     params: list[torch.Tensor]
     junctions: list[Node]
     grads: dict[Node, tuple] = field(default_factory=dict)
+    direct: tuple[str, bool] | None = None  # see `_matmul_weight`
+
+
+# A matrix product's backward node: which of its inputs is the right-hand matrix, and the name of
+# the saved left-hand one.
+_MATMULS = {"MmBackward0": (1, "_saved_self"), "AddmmBackward0": (2, "_saved_mat1")}
+
+
+def _matmul_weight(params: list[torch.Tensor], junctions: list[Node], acc: Node) -> tuple[str, bool] | None:
+    """How to compute a lone plain weight's gradient straight from its junction, when the junction
+    is a matrix product whose right-hand matrix is the weight or its transpose (a linear layer):
+    (the saved left-hand matrix's attribute, whether transposed). Else None, and the weight pass
+    runs autograd from the junction."""
+    if len(params) != 1 or len(junctions) != 1 or type(params[0]) not in (torch.Tensor, torch.nn.Parameter):
+        return None
+    j = junctions[0]
+    how = _MATMULS.get(j.name())
+    if how is None:
+        return None
+    idx, saved = how
+    child = j.next_functions[idx][0]
+    if child is acc:
+        return saved, False
+    if child is not None and child.name() == "TBackward0" and child.next_functions[0][0] is acc:
+        return saved, True
+    return None
 
 
 @dataclass
@@ -91,6 +119,9 @@ class WeightGrad:
 
     def run(self) -> None:
         for g in self.groups:
+            if g.direct is not None:
+                self._matmul(g)
+                continue
             edges, seeds = [], []
             for node in g.junctions:
                 for i, gr in enumerate(g.grads.get(node, ())):
@@ -113,6 +144,24 @@ class WeightGrad:
             _accumulate(self.rest, torch.autograd.grad(self.outs, self.rest, self.grads, allow_unused=True))
         self.groups, self.outs, self.grads = [], [], []
 
+    @staticmethod
+    def _matmul(g: _Group) -> None:
+        """A linear layer's weight gradient as its matrix product's backward would compute it (one
+        product of the kept output gradient and the saved input), without an autograd call: the
+        engine's start per call, over a walk of the graph below the junction, costs the host more
+        than the product takes on a GPU for small layers."""
+        (node,) = g.junctions
+        kept = g.grads.get(node, ())
+        grad = kept[0] if kept else None
+        if grad is None:
+            return
+        saved, transposed = g.direct
+        left = getattr(node, saved)
+        # out = left @ right: d right = left^T @ grad; for right = W^T, dW = grad^T @ left.
+        gw = grad.t().mm(left) if transposed else left.t().mm(grad)
+        alpha = getattr(node, "_saved_alpha", 1)
+        _accumulate(g.params, [gw if alpha == 1 else gw * alpha])
+
 
 def _accumulate(params: list[torch.Tensor], grads) -> None:
     for p, g in zip(params, grads):
@@ -134,7 +183,7 @@ class Split:
     outs: list[int]                   # ids of the outputs it was read from
     need: list[torch.Tensor]          # inputs that get a gradient
     early: list[torch.Tensor]         # one-dimensional parameters on the input path
-    groups: list[tuple[list[torch.Tensor], list[Node]]]  # (params, junctions) for the weight pass
+    groups: list[tuple[list[torch.Tensor], list[Node], tuple[str, bool] | None]]  # (params, junctions, direct)
     rest: list[torch.Tensor]          # parameters the weight pass computes from the outputs
 
 
@@ -151,8 +200,9 @@ def prepare(outs: list[torch.Tensor], inputs: list[torch.Tensor], params: list[t
     groups: dict[Node, _Group] = {}
     rest: list[torch.Tensor] = []
     early: list[torch.Tensor] = []
+    acc: dict[int, Node] = {}
     for p in params:
-        node = grad_node(p)
+        node = acc[id(p)] = grad_node(p)
         branch, met = _above([node], up, path)
         if not met:
             if node in up:
@@ -172,7 +222,8 @@ def prepare(outs: list[torch.Tensor], inputs: list[torch.Tensor], params: list[t
         for m in group.junctions:
             groups[m] = group
     unique = list({id(g): g for g in groups.values()}.values())
-    return Split(ids, need, early, [(g.params, g.junctions) for g in unique], rest)
+    return Split(ids, need, early, [(g.params, g.junctions, _matmul_weight(g.params, g.junctions, acc[id(g.params[0])]))
+                                    for g in unique], rest)
 
 
 def backward_input(outs: list[torch.Tensor], grads: list[torch.Tensor], inputs: list[torch.Tensor],
@@ -184,17 +235,19 @@ def backward_input(outs: list[torch.Tensor], grads: list[torch.Tensor], inputs: 
     need, early, rest = split.need, split.early, split.rest
     if not need or not any(grad_node(o) is not None for o in outs):
         return [None] * len(inputs), WeightGrad([], rest, list(outs), list(grads))
-    unique = [_Group(list(ps), list(js)) for ps, js in split.groups]
-    hooks = []
-    for g in unique:
-        for node in g.junctions:
-            hooks.append(node.register_prehook(lambda gr, g=g, node=node: g.grads.__setitem__(node, gr)))
-    try:
-        got = torch.autograd.grad(outs, need + early, grads, retain_graph=True, allow_unused=True)
-    finally:
-        for h in hooks:
-            h.remove()
-    _accumulate(early, got[len(need):])
+    unique = [_Group(list(ps), list(js), direct=how) for ps, js, how in split.groups]
+    # The gradient arriving at each junction is kept by asking autograd for it as one more result
+    # (a GradientEdge per output of the junction's forward): the engine captures it in C++ on its
+    # way, where a Python hook would take the interpreter lock once per junction in a pass that is
+    # often bound by the host.
+    kept = [(g, node, k) for g in unique for node in g.junctions for k in range(len(node._input_metadata))]
+    got = torch.autograd.grad(outs, need + early + [GradientEdge(n, k) for _, n, k in kept], grads,
+                              retain_graph=True, allow_unused=True)
+    at = len(need) + len(early)
+    for g, node, _k in kept:
+        g.grads[node] = g.grads.get(node, ()) + (got[at],)
+        at += 1
+    _accumulate(early, got[len(need):len(need) + len(early)])
     by_id = {id(t): g for t, g in zip(need, got[:len(need)])}
     keep = bool(rest)
     return [by_id.get(id(t)) for t in inputs], WeightGrad(unique, rest, list(outs) if keep else [],

@@ -2,10 +2,10 @@
 
 Reference: one ordinary `torch.autograd.backward` over the same graph, in float64. The split must
 give the same input and parameter gradients, and its weight pass must not run the input path
-again: every autograd node is watched with a pre-hook, and the nodes that run in both passes
-must be only the junctions where a parameter's branch leaves the input path, at most one per
-parameterised module (a linear layer's matmul, a layer norm's node), never an activation's or a
-residual add's node.
+again: every autograd node is watched with a pre-hook. With linear layers alone the weight pass
+runs no node (each weight's gradient is one product of kept tensors); with other weights
+(convolutions) the nodes that run in both passes must be only the junctions where a parameter's
+branch leaves the input path, never an activation's or a residual add's node.
 """
 from __future__ import annotations
 
@@ -104,7 +104,24 @@ def _llama():
     return Body()
 
 
-CASES = {"chain": (_chain, (4, 8)), "gpt_layers": (_gpt_layer, (2, 5, 16)), "llama": (_llama, (2, 5, 16))}
+def _conv():
+    """Convolutions: their weight gradients come from autograd on the kept gradients, not from the
+    linear layers' direct product."""
+    torch.manual_seed(5)
+
+    class Convs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv1d(4, 4, 3, padding=1, dtype=torch.float64), nn.Conv1d(4, 4, 3, padding=1, dtype=torch.float64)
+
+        def forward(self, x):
+            return self.b(torch.tanh(self.a(x))) + x
+
+    return Convs()
+
+
+CASES = {"chain": (_chain, (4, 8)), "gpt_layers": (_gpt_layer, (2, 5, 16)), "llama": (_llama, (2, 5, 16)),
+         "conv": (_conv, (2, 4, 6))}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -129,15 +146,22 @@ def test_split_equals_whole_backward_and_weight_pass_skips_input_path(case):
         else:
             torch.testing.assert_close(after_input[k], ref_params[k], rtol=1e-12, atol=1e-12, msg=k)
 
-    both = set(watch.ran["I"]) & set(watch.ran["W"])
+    ran_w = set(watch.ran["W"])
+    if case != "conv":
+        # Linear layers only: each weight's gradient is one product of its kept output gradient and
+        # its saved input, so the weight pass runs no autograd node at all.
+        assert not ran_w, sorted(n.name() for n in ran_w)
+        return
+    both = set(watch.ran["I"]) & ran_w
     matrices = [m for m in model.modules() if any(p.dim() >= 2 for p in m.parameters(recurse=False))]
     assert 0 < len(both) <= len(matrices), sorted(n.name() for n in both)
-    # Each node run twice is a junction: one of its branches, towards a weight matrix, did not run
-    # in the input pass. An activation's, a residual add's or a norm's node has none (a norm's
-    # scale is done in the input pass), so it never runs again.
+    # Each node run twice is a junction: one of its branches, towards a weight, did not run in the
+    # input pass. An activation's or a residual add's node has none, so it never runs again; the
+    # weight pass runs nothing but junctions and the weights' own branches.
     ran_i = set(watch.ran["I"])
     for n in both:
         assert any(f is not None and f not in ran_i and _reaches_matrix(f) for f, _ in n.next_functions), n.name()
+    assert ran_w - both <= {f for n in both for f, _ in n.next_functions if f is not None and f not in ran_i}
     assert len(ran_i) > len(both)
 
 
