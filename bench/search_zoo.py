@@ -150,7 +150,7 @@ def table(half: str, rows: list[dict], timeout: int, devices: list[int] | None) 
         lines += ["", f"{len(done)} of {len(rows)} finished within the limit; makespan over its stated lower bound "
                   "(`bounds.makespan_bound`: the largest of the time, idle and memory bounds): median "
                   f"{statistics.median(ratios):.1%}, worst {max(ratios):.1%}, within 5 %: "
-                  f"{sum(x <= 0.05 for x in ratios)}; proven optimal for this N by the search {proven}, proven or at "
+                  f"{sum(x <= 0.05 for x in ratios)}; proven (the search's verdict) {proven}, proven or at "
                   f"that bound {settled} of {len(done)}; worse than the best baseline: {len(worse)}; CPU "
                   f"{sum(r['cpu'] for r in ran):.0f} s in all (median {statistics.median(r['cpu'] for r in ran):.0f} s)."]
     return "\n".join(lines) + "\n"
