@@ -64,6 +64,13 @@ def best_baseline(spec: Spec, n: int, than: int | None) -> tuple[Schedule, str] 
                 continue  # not applicable to this placement (or not for this memory)
             if sched.fits_memory(spec):
                 found.append((sched.makespan(spec), len(found), sched, name))
+        # Memory-capped 1F1B with searched in-flight limits (`inflight.py`), when shorter.
+        from tessel_dsl.search.inflight import NAME, searched_capped
+
+        if any(name == "1f1b-capped" for _, _, _, name in found):
+            tuned = searched_capped(spec, n)
+            if tuned is not None:
+                found.append((tuned.makespan(spec), len(found), tuned, NAME))
         _BUILT[:] = [(spec, n, [(sched, name) for _, _, sched, name in sorted(found)])]
     best = _BUILT[0][2][0] if _BUILT[0][2] else None
     if best is None or (than is not None and best[0].makespan(spec) >= than):
