@@ -77,10 +77,12 @@ def search_row(spec_name: str, mode: str, devices: int, to: ToBudget | None) -> 
 
     spec = parse_file(ROOT / "specs" / f"{spec_name}.tsl", sets={"D": str(devices)}, mode=mode)
     result = search(spec, microbatches=SIZES[0])
-    schedules = {n: result.schedule if n == SIZES[0] else reextend(spec, result.schedule, n) for n in SIZES}
+    schedules = {n: result.schedule if n == SIZES[0] else reextend(spec, result.schedule, n, info=result.info) for n in SIZES}
     info = result.info
     rel = "=" if info.period == info.lower_bound else ">"
-    cells = [spec_name, mode, str(devices), str(info.nr), f"{info.period} {rel} {info.lower_bound}"]
+    # A plan that runs a baseline's order with no repetend has no period of its own ("-").
+    period = f"{info.period} {rel} {info.lower_bound}" if info.period else f"- / {info.lower_bound}"
+    cells = [spec_name, mode, str(devices), str(info.nr or "-"), period]
     cells += [f"{s.makespan(spec)} ({s.bubble_rate(spec):.1%})" for s in schedules.values()]
     for n in TO_SIZES:
         if to is None:

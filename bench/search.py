@@ -82,7 +82,7 @@ def bench_one(path: Path, mode: str, d: int, args) -> dict:
         if n == SIZES[0]:
             s = result.schedule
         elif result.schedule.repetend is not None:  # what `tessel simulate -n` gives: no new search
-            s = reextend(spec, result.schedule, n, solver=args.solver)
+            s = reextend(spec, result.schedule, n, solver=args.solver, info=result.info)
         else:  # no repetend (e.g. memory grows per micro-batch): search that N on its own
             s = search(spec, microbatches=n, solver=args.solver, method=args.method,
                        time_limit=args.time_limit).schedule

@@ -98,7 +98,7 @@ def scale(sizes=(1000, 4000, 16000)) -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in sizes:
         c0 = time.process_time()
-        sched = reextend(spec, found.schedule, n)
+        sched = reextend(spec, found.schedule, n, info=found.info)
         c1 = time.process_time()
         plan = make_plan(spec, sched, found.info)
         c2 = time.process_time()

@@ -43,7 +43,7 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
             check_microbatch_count(plan.spec, microbatches)
             check_size(plan.spec, microbatches)
 
-            schedule = reextend(plan.spec, plan.schedule, microbatches)  # also handles N below N_R
+            schedule = reextend(plan.spec, plan.schedule, microbatches, info=plan.search)  # also handles N below N_R
             keep = plan.programs[0].blocking if plan.programs else False
             plan = make_plan(plan.spec, schedule, plan.search, blocking=keep if blocking is None else blocking)
         return plan

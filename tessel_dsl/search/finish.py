@@ -18,11 +18,20 @@ from tessel_dsl.search.timescale import divide_schedule, divide_spec, divisible,
 
 
 def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str = "auto",
-             time_limit: float | None = None) -> Schedule:
+             time_limit: float | None = None, info=None) -> Schedule:
     """A searched schedule for another N without searching again: extension (or, below N_R, a
-    direct solve), then the same finishing steps as `search` (baselines, end re-solve)."""
+    direct solve), then the same finishing steps as `search` (baselines, end re-solve). A plan
+    that runs a baseline's order and keeps no repetend (its `info` notes name the baseline) gets
+    that baseline built for the new N, which is where the search would start from there."""
     if microbatches == schedule.microbatches:
         return schedule
+    if schedule.repetend is None and info is not None:
+        from tessel_dsl.search.baselines import build
+
+        named = [x.values["baseline"] for x in info.notes if x.kind.startswith("baseline-") and "baseline" in x.values]
+        if named:
+            built = build(spec, named[0], microbatches)
+            return Schedule(microbatches, built.slots, name=schedule.name)
     solver = resolve(solver)
     sched = extend(spec, schedule, microbatches, name=schedule.name)
     if schedule.repetend is None or microbatches < schedule.repetend.nr:

@@ -54,6 +54,28 @@ def steady_parts(spec: Spec, sched: Schedule):
     return Parts(warm, rep, cool)
 
 
+def _larger_steady_parts(spec: Spec, name: str, n: int):
+    """`steady_parts` of the same baseline built for more micro-batches, when at `n` it has no
+    steady state (its warmup and cooldown meet), so the plan still re-extends to other N; else
+    a repetend built without a solver at the period bound."""
+    from tessel_dsl.search.baselines import build
+
+    try:
+        parts = steady_parts(spec, build(spec, name, max(2 * n, n + 2 * spec.devices + 2)))
+    except TesselError:
+        parts = None
+    if parts is not None:
+        return parts
+    # A baseline whose micro-batches do not repeat one by one (interleaved 1F1B goes in groups of
+    # D): the repetend list scheduling builds at the period bound, when one is valid here.
+    from tessel_dsl.analysis import lower_bound
+    from tessel_dsl.search.construct import modulo_list_repetend
+    from tessel_dsl.search.extend import Parts
+
+    built = modulo_list_repetend(spec, lower_bound(spec))
+    return None if built is None else Parts(built[1], built[0], built[2])
+
+
 def useful_cap(spec: Spec, n: int, makespan: int) -> int:
     """The period from which a one-copy repetend is of no use against a plan of `makespan` for
     `n` micro-batches: its schedule starts a micro-batch every period and the last one still runs
@@ -83,15 +105,16 @@ def baseline_result(spec: Spec, n: int, got: tuple[Schedule, str], clock: Clock,
     bound = makespan_bound(spec, n)
     sched, name = got
     lower, period, nr, period_proven = lower_bound(spec), 0, 0, False
-    parts = steady_parts(spec, sched)
+    parts = steady_parts(spec, sched) or _larger_steady_parts(spec, name, n)
     if parts is not None:
         try:
-            ext = extend(spec, parts, n)  # validated
+            ext = extend(spec, parts, max(n, parts.repetend.nr))  # validated
         except TesselError:
             ext = None
-        if ext is not None and n >= parts.repetend.nr:
-            # Stored beside the baseline's own slots (as `finish` does), unless the extension is as short.
-            sched = ext if ext.makespan(spec) <= sched.makespan(spec) else Schedule(
+        if ext is not None:
+            # Stored beside the baseline's own slots (as `finish` does), unless the extension is
+            # as short; below N_R (a baseline with no steady state at this N) only for other N.
+            sched = ext if n >= parts.repetend.nr and ext.makespan(spec) <= sched.makespan(spec) else Schedule(
                 n, sched.slots, name="tessel", warmup=ext.warmup, repetend=ext.repetend, cooldown=ext.cooldown)
             period, nr = parts.repetend.period, parts.repetend.nr
             period_proven = period <= period_floor(spec)

@@ -143,3 +143,49 @@ def test_the_summary_states_the_period_the_plan_runs():
                  "memory_bound": 88.3}
     assert _running(other).startswith("108.5 per micro-batch  (21.9% above the bound 89;")
     assert "- (no steady state" in _running(other | {"running_period": None})
+
+
+def test_a_baseline_with_no_steady_state_at_this_n_still_reextends():
+    """Zero-bubble on 8 devices at N = 8: the baseline's warm-up and cool-down meet, so its steady
+    state is cut from the same baseline built for more micro-batches and stored for other N. At
+    N = 16 and 32 the re-extension is as short as that baseline built for those N (the simulator
+    measures them), one micro-batch per period 4 (every device's F + I + W) in between."""
+    from pathlib import Path
+
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.plan import load_plan, save_plan
+
+    spec = parse_file(Path(__file__).resolve().parents[2] / "specs" / "zerobubble.tsl", sets={"D": "8"})
+    r = search(spec, microbatches=8)
+    assert r.info.method == "baseline" and r.schedule.repetend is not None and r.info.period == 4
+    name = next(x.values["baseline"] for x in r.info.notes if "baseline" in x.values)
+    for n in (16, 32):
+        longer = reextend(spec, r.schedule, n)
+        validate(spec, longer)
+        assert longer.makespan(spec) <= build(spec, name, n).makespan(spec)
+        assert run_plan(make_plan(spec, longer), link=Link()).makespan == longer.makespan(spec)
+    assert reextend(spec, r.schedule, 32).makespan(spec) - reextend(spec, r.schedule, 16).makespan(spec) == 16 * 4
+    # and the plan file keeps it: a plan loaded again re-extends the same way
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        save_plan(make_plan(spec, r.schedule, r.info), Path(d) / "p.json")
+        again = load_plan(Path(d) / "p.json")
+    assert reextend(spec, again.schedule, 16).makespan(spec) == reextend(spec, r.schedule, 16).makespan(spec)
+
+
+def test_a_baseline_plan_with_no_repetend_reextends_by_building_that_baseline():
+    """Interleaved 1F1B on 8 devices reaches the makespan bound at N = 8, and its micro-batches
+    repeat in groups of 8, not one by one, so the plan keeps no repetend. Asked for N = 16 (as
+    `tessel simulate -n 16` asks), it is that baseline built for 16: valid, within memory, at
+    least the makespan bound for 16."""
+    from pathlib import Path
+
+    from tessel_dsl.lang.parser import parse_file
+
+    spec = parse_file(Path(__file__).resolve().parents[2] / "specs" / "interleaved.tsl", sets={"D": "8"})
+    r = search(spec, microbatches=8)
+    assert r.schedule.repetend is None and [x.kind for x in r.info.notes] == ["baseline-at-bound"]
+    longer = reextend(spec, r.schedule, 16, info=r.info)
+    validate(spec, longer)
+    assert longer.microbatches == 16 and longer.makespan(spec) >= makespan_bound(spec, 16)
+    assert longer.makespan(spec) == build(spec, "interleaved-1f1b", 16).makespan(spec)
