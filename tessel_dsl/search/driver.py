@@ -181,7 +181,7 @@ def _incumbent(spec: Spec, n: int, clock: Clock, progress: Callable[[Progress], 
     could beat it; else a finder that looks only below the period that could (`useful_cap`)."""
     from functools import partial
 
-    from tessel_dsl.search.incumbent import baseline_result, useful_cap
+    from tessel_dsl.search.incumbent import baseline_result, repetend_parts, useful_cap
     from tessel_dsl.search.period_walk import period_floor
     from tessel_dsl.search.refine import FULL_RESOLVE_TASKS, best_baseline
 
@@ -196,7 +196,12 @@ def _incumbent(spec: Spec, n: int, clock: Clock, progress: Callable[[Progress], 
         return None, None, None
     span = got[0].makespan(spec)
     if span <= makespan_bound(spec, n):
-        return baseline_result(spec, n, got, clock, progress, at_bound=True), None, None
+        if repetend_parts(spec, n, got) is not None:
+            return baseline_result(spec, n, got, clock, progress, at_bound=True), None, None
+        # Optimal for this N, but with no steady state to keep for other N (interleaved 1F1B's
+        # micro-batches repeat in groups): the search proper finds a repetend, and its finishing
+        # step keeps the baseline's order for this N.
+        return None, None, None
     cap = useful_cap(spec, n, span)
     if cap <= period_floor(spec):
         return baseline_result(spec, n, got, clock, progress, at_bound=False, cap=cap, solver=solver), None, cap

@@ -54,6 +54,11 @@ def steady_parts(spec: Spec, sched: Schedule):
     return Parts(warm, rep, cool)
 
 
+def repetend_parts(spec: Spec, n: int, got: tuple[Schedule, str]):
+    """The one-copy repetend a baseline plan keeps for other N (`extend.Parts`), or None."""
+    return steady_parts(spec, got[0]) or _larger_steady_parts(spec, got[1], n)
+
+
 def _larger_steady_parts(spec: Spec, name: str, n: int):
     """`steady_parts` of the same baseline built for more micro-batches, when at `n` it has no
     steady state (its warmup and cooldown meet), so the plan still re-extends to other N; else
@@ -105,7 +110,7 @@ def baseline_result(spec: Spec, n: int, got: tuple[Schedule, str], clock: Clock,
     bound = makespan_bound(spec, n)
     sched, name = got
     lower, period, nr, period_proven = lower_bound(spec), 0, 0, False
-    parts = steady_parts(spec, sched) or _larger_steady_parts(spec, name, n)
+    parts = repetend_parts(spec, n, got)
     if parts is not None:
         try:
             ext = extend(spec, parts, max(n, parts.repetend.nr))  # validated
