@@ -219,7 +219,8 @@ def choose_plan(key: str, entry: dict, gpu: str, run: dict | None = None) -> dic
     _children_cpu()
     t = time.process_time()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                              [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])))
     cpu = time.process_time() - t + _children_cpu()
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")

@@ -156,11 +156,14 @@ class WeightGrad:
         if grad is None:
             return
         saved, transposed = g.direct
-        left = getattr(node, saved)
-        # out = left @ right: d right = left^T @ grad; for right = W^T, dW = grad^T @ left.
-        gw = grad.t().mm(left) if transposed else left.t().mm(grad)
-        alpha = getattr(node, "_saved_alpha", 1)
-        _accumulate(g.params, [gw if alpha == 1 else gw * alpha])
+        # No graph: the saved input is part of the forward's graph, and a product recorded on it
+        # would keep that whole graph alive from `.grad`.
+        with torch.no_grad():
+            left = getattr(node, saved)
+            # out = left @ right: d right = left^T @ grad; for right = W^T, dW = grad^T @ left.
+            gw = grad.t().mm(left) if transposed else left.t().mm(grad)
+            alpha = getattr(node, "_saved_alpha", 1)
+            _accumulate(g.params, [gw if alpha == 1 else gw * alpha])
 
 
 def _accumulate(params: list[torch.Tensor], grads) -> None:

@@ -218,3 +218,31 @@ def test_weight_used_twice_and_output_fed_by_a_parameter():
     pending.run()
     for a, b in zip((gin, lin.weight.grad, lin.bias.grad, bias.grad), ref):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_weight_pass_leaves_no_graph_behind():
+    """Once both passes ran and the outputs are dropped, every tensor the forward saved for its
+    backward is freed (a weight gradient recorded on the graph would hold all of it from `.grad`:
+    on a GPU, every micro-batch's activations until the step ends)."""
+    alive = [0]
+
+    class Box:
+        def __init__(self, t):
+            self.t = t.detach()
+            alive[0] += 1
+
+        def __del__(self):
+            alive[0] -= 1
+
+    for make, shape in (CASES["chain"], CASES["gpt_layers"]):
+        model = make()
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        with torch.autograd.graph.saved_tensors_hooks(Box, lambda b: b.t):
+            out = model(x)
+        assert alive[0] > 0
+        _, pending = backward_input([out], [torch.ones_like(out)], [x], list(model.parameters()))
+        del out
+        pending.run()
+        del pending
+        assert alive[0] == 0
+        assert all(p.grad is not None and p.grad.grad_fn is None for p in model.parameters())
