@@ -98,11 +98,16 @@ def _play(c: _Stages, n: int, rule: str, depth: list[int], hold: list[int],
     head = [0] * count
     free = [True] * count
 
+    waits = [{ph: [end[k2][ph2] for k2, ph2 in c.deps[k][ph]] for ph in _PHASES} for k in range(count)]
+
     def ready(k: int, ph: str, t: int) -> bool:
         mb = nxt[k][ph]
-        if mb >= n or any(end[k2][ph2][mb] > t for k2, ph2 in c.deps[k][ph]):
+        if mb >= n or mem[k] + c.peak[k][ph] > c.room[k]:
             return False
-        return mem[k] + c.peak[k][ph] <= c.room[k]
+        for row in waits[k][ph]:
+            if row[mb] > t:
+                return False
+        return True
 
     def forward_ok(k: int, t: int) -> bool:
         return nxt[k][F] - nxt[k][W] < hold[k] and ready(k, F, t)
