@@ -83,18 +83,29 @@ def _larger_steady_parts(spec: Spec, name: str, n: int):
 
 def useful_cap(spec: Spec, n: int, makespan: int) -> int:
     """The period from which a one-copy repetend is of no use against a plan of `makespan` for
-    `n` micro-batches: its schedule starts a micro-batch every period and the last one still runs
-    its longest dependency chain, so at period ``P`` it spans at least ``(n - 1) P + chain``.
-    (Compaction and the end re-solve can shorten the ends, not the steady state, so this says
-    where the search's effort can pay, not what is proven.)"""
+    `n` micro-batches.
+
+    A plan from a repetend of period ``P`` spanning ``N_R`` micro-batches runs ``n - N_R + 1``
+    copies of it, so each block's steady instances start ``P`` apart over ``n - N_R`` periods,
+    the first no earlier than the block's longest chain of predecessors, the last followed by its
+    own time and longest chain of successors: the plan spans at least ``(n - N_R) P + chain``.
+    That holds when the steady state cannot run faster than ``P``, which is what the period walk
+    finds (it tries the shorter periods first; the same per-device orders at a shorter period
+    would be a repetend there). The warmup and cooldown can run their micro-batches closer than
+    ``P`` apart (compaction, the end re-solve), hence ``N_R`` and not 1: on
+    bench/specs/real/mshape8.tsl with ``MEM=24`` a period-209 repetend gives 7440 where
+    ``31 * 209 + 1149`` is 7628. ``N_R`` is at most `repetend.nr_limit`, the largest span the walk
+    tries, which is what is used here."""
     from tessel_dsl.analysis import chains
+    from tessel_dsl.search.repetend import nr_limit
 
     time = {b.name: b.time for b in spec.blocks}
     head, tail = chains(spec, time)
     chain = max((head[x] + time[x] + tail[x] for x in time), default=0)
-    if n <= 1:
+    steady = n - nr_limit(spec)
+    if steady <= 0:
         return makespan + 1
-    return max(1, -(-(makespan - chain) // (n - 1)))
+    return max(1, -(-(makespan - chain) // steady))
 
 
 def baseline_result(spec: Spec, n: int, got: tuple[Schedule, str], clock: Clock,

@@ -110,7 +110,7 @@ def zbv(d=4, n=4, m=None, infer=False, **costs) -> Spec:
 # the one table a new baseline is added to; the shipped specs are matched to these placements
 # (SHIPPED_PLACEMENT below) and expect the same.
 APPLICABLE = {
-    zbchain: ({"gpipe", "zb-h1"}, {"gpipe", "1f1b", "1f1b-capped", "1f1b+"}),
+    zbchain: ({"gpipe", "zb-h1", "zb-h1-capped"}, {"gpipe", "1f1b", "1f1b-capped", "1f1b+"}),
     zbv: ({"gpipe", "zb-v"}, {"gpipe"}),
     interleaved: ({"gpipe", "interleaved-1f1b"},),
     vshape: ({"gpipe", "1f1b", "1f1b-capped", "1f1b+"},),

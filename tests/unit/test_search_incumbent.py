@@ -9,7 +9,7 @@ validator, the simulator and the time-optimal solve (`search/optimal.py`).
 from __future__ import annotations
 
 from tessel_dsl.ir import Link
-from tessel_dsl.lang.parser import parse
+from tessel_dsl.lang.parser import parse, parse_file
 from tessel_dsl.plan import make_plan
 from tessel_dsl.search import search
 from tessel_dsl.search.baselines import build
@@ -17,8 +17,10 @@ from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.finish import reextend
 from tessel_dsl.search.incumbent import useful_cap
 from tessel_dsl.search.optimal import optimal
+from tessel_dsl.search.repetend import nr_limit
 from tessel_dsl.simulator import simulate as run_plan
 from tessel_dsl.validate import validate
+from tests.paths import ROOT
 
 
 def simulated(spec, result) -> int:
@@ -71,7 +73,11 @@ def test_a_baseline_at_the_bound_ends_the_search_with_that_bound():
 def test_memory_bound_chain_is_valid_no_worse_than_capped_1f1b_and_the_same_twice():
     spec = parse(CAPPED)
     r, again = search(spec), search(spec)
-    assert r.info.method == "baseline"  # no one-copy repetend can beat capped 1F1B here
+    # Capped 1F1B takes 196; a repetend could still beat it below period (196 - 17) / (21 - 8),
+    # so the walk runs (its period-9 repetend, N_R = 2, gives a longer plan and the baseline's
+    # order is kept)
+    assert useful_cap(spec, 21, 196) == 14
+    assert r.info.method == "modulo" and [n.kind for n in r.info.notes][0] == "baseline-beats"
     assert r.schedule.slots == again.schedule.slots and r.info.notes == again.info.notes
     validate(spec, r.schedule)
     capped = build(spec, "1f1b-capped", 21).makespan(spec)
@@ -91,10 +97,25 @@ def test_the_stated_bound_holds_against_the_time_optimal_solve():
 
 
 def test_useful_cap_hand_worked():
-    # CAPPED's chain is 2+1+2+1+2+4+2+3 = 17 long; N micro-batches one period apart span at least
-    # (N - 1) P + 17: for N = 6, 62 at P = 9 (not below 61), 57 at P = 8
-    assert useful_cap(parse(CAPPED), 6, 61) == 9
-    assert useful_cap(parse(SERIAL), 6, 84) == 14  # 5 * 14 + 14 = 84
+    # A one-copy repetend spanning N_R micro-batches repeats N - N_R + 1 times, so a plan from it
+    # spans at least (N - N_R) P + chain; the walk tries N_R up to nr_limit: 8 for CAPPED (8
+    # blocks, 8 allocations of 1 fit on devices 1-3), 6 for SERIAL.
+    capped, serial = parse(CAPPED), parse(SERIAL)
+    assert (nr_limit(capped), nr_limit(serial)) == (8, 6)
+    # CAPPED's chain is 2+1+2+1+2+4+2+3 = 17 long: for N = 21, 13 P + 17 is 199 at P = 14, 212 at 15
+    assert useful_cap(capped, 21, 200) == 15
+    assert useful_cap(serial, 30, 420) == 17  # 24 * 17 + 14 = 422 >= 420 > 24 * 16 + 14 = 398
+    # no more micro-batches than a repetend may span: no period can be ruled out
+    assert useful_cap(capped, 6, 61) == 62
+
+
+def test_useful_cap_leaves_room_for_the_ends():
+    # bench/specs/real/mshape8.tsl with MEM=24: 1F1B+ takes 7628 ms for N = 32, exactly
+    # 31 * 209 + 1149 (the chain), yet a period-209 repetend (N_R = 8) gives 7440 because its
+    # warmup and cooldown run micro-batches closer than a period apart; it must stay searchable.
+    spec = parse_file(ROOT / "bench/specs/real/mshape8.tsl", sets={"MEM": "24"})
+    assert build(spec, "1f1b+").makespan(spec) == 7628
+    assert useful_cap(spec, 32, 7628) == -(-(7628 - 1149) // (32 - 8)) == 270 > 209
 
 
 def test_a_walk_cut_by_its_budget_is_the_same_plan_twice_and_says_so(monkeypatch):
@@ -154,9 +175,16 @@ def test_a_baseline_with_no_steady_state_at_this_n_still_reextends():
 
     from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.plan import load_plan, save_plan
+    from tessel_dsl.search.clock import Clock
+    from tessel_dsl.search.incumbent import baseline_result
+    from tessel_dsl.search.refine import best_baseline
 
     spec = parse_file(Path(__file__).resolve().parents[2] / "specs" / "zerobubble.tsl", sets={"D": "8"})
-    r = search(spec, microbatches=8)
+    # The baseline as the search's answer, as `search` gives it when no repetend can beat it
+    # (at N = 8, no more than a repetend may span, `useful_cap` rules none out, so the search
+    # itself walks first).
+    got = best_baseline(spec, 8, None)
+    r = baseline_result(spec, 8, got, Clock(None), None, at_bound=False)
     assert r.info.method == "baseline" and r.schedule.repetend is not None and r.info.period == 4
     name = next(x.values["baseline"] for x in r.info.notes if "baseline" in x.values)
     for n in (16, 32):

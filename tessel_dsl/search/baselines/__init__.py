@@ -27,6 +27,7 @@ from tessel_dsl.search.baselines.classic import (
     one_f_one_b_plus_orders,
 )
 from tessel_dsl.search.baselines.listsched import Key
+from tessel_dsl.search.baselines.zbcapped import zb_capped_orders
 from tessel_dsl.search.baselines.zerobubble import zb_h1_orders, zb_v_orders
 from tessel_dsl.search.compact import compact
 from tessel_dsl.validate import validate
@@ -60,6 +61,9 @@ RECORDS: tuple[Baseline, ...] = (
              "Megatron's interleaved 1F1B, each device running several chunks of the chain in turn",
              seeds_search=True),
     Baseline("zb-h1", zb_h1_orders, "zero-bubble ZB-H1: 1F1B with split backward, weight gradients deferred",
+             seeds_search=True),
+    Baseline("zb-h1-capped", zb_capped_orders,
+             "ZB-H1 played out in time, each stage keeping as many micro-batches resident as its memory holds",
              seeds_search=True),
     Baseline("zb-v", zb_v_orders, "zero-bubble ZB-V: two chunks per device in a V, split backward",
              seeds_search=True),
