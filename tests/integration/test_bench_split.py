@@ -29,6 +29,7 @@ def test_gpu_split_tiny_times_every_kind_and_its_split_gradients_match_the_whole
     for kind in kinds:
         r = res[kind]
         assert r["grads_equal"] and r["grads_missing"] == 0 and r["max_rel_err"] <= 1e-5, (kind, r)
+        assert not r["grads_hold_graph"], (kind, r)  # no .grad keeps the forward's graph alive
         assert r["params"] > 0 and all(r["ms"][p] > 0 for p in ("F", "I", "W", "IW", "B")), (kind, r)
     table = (tmp_path / "gpu_split.md").read_text()
     assert all(f"| {kind} (" in table for kind in kinds)
