@@ -236,7 +236,7 @@ def measure(kind: str, tiny: bool, device: torch.device, dtype: str, reps: int, 
         (x_grads, wgrad), i = clock.time(lambda: backward_input([y], [seed], [x], stage.params, split_at))
         _, w = clock.time(wgrad.run)
         split = _grads(stage, x_grads[0])
-        y = wgrad = None  # frees the graph the input pass kept
+        y = wgrad = split_at = None  # frees the graph the input pass kept
         # What the two passes leave besides the gradients themselves: nothing, unless a gradient
         # was recorded on the forward's graph and holds it.
         with_graph = with_graph or any(t is not None and t.grad_fn is not None for t in split)
