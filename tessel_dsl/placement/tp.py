@@ -2,7 +2,7 @@
 that `Pipeline` shards them as the candidate's costs assumed instead of running them whole on
 each device: embeddings by vocabulary rows (`VocabShardedEmbedding`, which builds only its own
 rows' weight gradient), the head column-wise with the logits left sharded for `loss_parallel`.
-Other submodules of such a block (the final norm) stay replicated."""
+Other submodules of such a block (the final norm, a positional embedding) stay replicated."""
 from __future__ import annotations
 
 from torch import nn
@@ -50,9 +50,13 @@ def tp_plans(plan, blocks: dict[str, list[str]], model: nn.Module) -> dict[str, 
         if len(spec.block(b).devices) < 2:
             continue
         styles = {}
+        # The vocabulary's embedding is sharded; a smaller one beside it (positions) stays whole on
+        # every device: sharding it would cost the block a second all-reduce for a lookup of a few
+        # rows, which the candidate's costs do not hold.
+        rows = max((m.num_embeddings for f in mods if isinstance(m := model.get_submodule(f), nn.Embedding)), default=0)
         for f in mods:
             m = model.get_submodule(f)
-            if isinstance(m, nn.Embedding):
+            if isinstance(m, nn.Embedding) and m.num_embeddings == rows:
                 styles[f] = spread_embedding if _plain(m) else RowwiseParallel(input_layouts=Replicate())
             elif isinstance(m, nn.Linear) and f == mods[-1]:
                 styles[f] = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)

@@ -113,7 +113,15 @@ def test_a_tied_gpt2_trains_like_one_process(tmp_path):
     assert sorted(tied) == ["lm_head.weight", "transformer.wte.weight"]
 
 
-def _planned_with_costs(out, gb: dict, memory: str):
+def gpt2_untied():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=4, n_head=4,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False))
+
+
+def _planned_with_costs(out, gb: dict, memory: str, build=None):
     """`plan_model` on the tiny Llama's measured units with set costs: 1 ms for every unit but a
     layer's 10 ms (its unsplit backward twice that, no loss time), and `gb` of weights (Adam's 16 B
     a parameter) per kind of unit. Every time is set: a measured one left in (the unsplit backward
@@ -122,7 +130,7 @@ def _planned_with_costs(out, gb: dict, memory: str):
 
     from tessel_dsl.placement import plan_model, profile_model
 
-    measured = profile_model(llama(), torch.randint(0, VOCAB, (ROWS, SEQ)), repeats=1, warmup=0)
+    measured = profile_model((build or llama)(), torch.randint(0, VOCAB, (ROWS, SEQ)), repeats=1, warmup=0)
     ms = {"embedding": 1, "layer": 10, "norm": 1, "head": 1}
     units = tuple(replace(u, forward=ms[u.kind] / 1e3, input_grad=ms[u.kind] / 1e3, weight_grad=ms[u.kind] / 1e3,
                           unsplit_backward=2 * ms[u.kind] / 1e3, loss_forward=0.0, loss_backward=0.0,
@@ -178,3 +186,47 @@ def test_embedding_and_head_spread_and_sharded_train_like_one_process(tmp_path):
         assert r["shapes"]["model.embed_tokens.weight"] == (VOCAB // 2, 32)
         assert r["shapes"]["lm_head.weight"] == (VOCAB // 2, 32)
         assert max(ps.rel(a, b) for a, b in zip(r["losses"], want)) <= 1e-5, r["rank"]
+
+
+def sharded_gpt2(plan_path, data):
+    """One rank of the untied GPT-2 with its spread blocks sharded by `tp_plans`."""
+    import torch.distributed as dist
+
+    from tessel_dsl.executor.block_map import read_blocks
+    from tessel_dsl.executor.pipeline import Pipeline
+    from tessel_dsl.placement.tp import tp_plans
+    from tests import pipeline_cases as pc
+
+    blocks = read_blocks(str(plan_path).replace(".json", ".blocks.json"))
+    model = gpt2_untied()
+    pipe = Pipeline(str(plan_path), model, pc.lm_loss, blocks=blocks, tp=tp_plans(str(plan_path), blocks, model))
+    opt = pc.optimizer(pipe.param_groups())  # the one `pc.reference` steps
+    losses = []
+    for x, y in data:
+        losses.append(pipe.step(x, y))
+        wpe = model.get_submodule("transformer.wpe").weight.grad.detach().clone()
+        opt.step()
+        opt.zero_grad()
+    kinds = {n: type(model.get_submodule(n)).__name__ for n in ("transformer.wte", "transformer.wpe")}
+    return {"losses": losses, "rank": dist.get_rank(), "kinds": kinds, "wpe_grad": wpe,
+            "wpe_shape": tuple(model.get_submodule("transformer.wpe").weight.shape)}
+
+
+def test_a_positional_embedding_beside_a_spread_vocabulary_stays_whole(tmp_path):
+    """GPT-2 (untied) with its embedding block spread over 2 ranks: the vocabulary's table is
+    sharded by rows, the positional table (16 rows) stays whole on both ranks, with no collective
+    of its own, and every step's loss and the last step's positional gradient equal one process's."""
+    from tests import pipeline_cases as pc
+
+    out = tmp_path / "plan.json"
+    res = _planned_with_costs(out, {"embedding": 20, "layer": 1, "norm": 0, "head": 10}, "18GB", gpt2_untied)
+    assert res.best.candidate == "mshape-EH"
+    assert res.blocks["E"] == ["transformer.wte", "transformer.wpe"]
+    data = ps.batches(VOCAB, STEPS, ROWS * 2, SEQ)
+    want = pc.reference(gpt2_untied, pc.lm_loss, data, 2)
+    for r in run_ranks(sharded_gpt2, 2, out, data, timeout=300):
+        assert r["kinds"] == {"transformer.wte": "SpreadEmbedding", "transformer.wpe": "Embedding"}
+        assert r["wpe_shape"] == (16, 32)
+        assert max(ps.rel(a, b) for a, b in zip(r["losses"], want["losses"])) <= 1e-5, r["rank"]
+        ref = want["grads"]["transformer.wpe.weight"]
+        assert float((r["wpe_grad"] - ref).norm() / ref.norm()) <= 1e-5, r["rank"]
