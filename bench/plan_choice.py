@@ -290,10 +290,8 @@ def current_profile_table(data: dict) -> list[str]:
             tessel = [r for r in res.outcome.rows if r.schedule == "tessel" and r.ms is not None]
             ref_cand, ref_name, ref_ms = MEASURED_B[group]["plan"]
             ref = rows.get((ref_cand, "tessel"))
-            lines.append(f"| {group} | {label} | {res.best.schedule} on {res.best.candidate}, {fmt(res.best.ms)} | "
-                         f"{', '.join(f'{r.candidate} {fmt(r.ms)}' for r in tessel)} | "
-                         f"{ref_cand} {fmt(ref and ref.ms)} ({ref_name}: {ref_ms}) | "
-                         f"{MEASURED_B[group]['choice']} | {cpu:.1f} |")
+            lines.append(_choice_row(group, label, res, tessel, ref_cand, ref, ref_name, ref_ms,
+                                     MEASURED_B[group]['choice'], cpu))
             print(lines[-1], flush=True)
     return lines
 
@@ -351,12 +349,18 @@ def gpu_profile_table(path: Path) -> list[str]:
             if "B0" in MEASURED[group] and "mshape-H" in cands:
                 extra = f"; mshape-H's B0 {fmt(block_ms(cands['mshape-H'].text, 'F0')[1])} " \
                         f"({MEASURED[group]['B0']})"
-            lines.append(f"| {group} | {label} | {res.best.schedule} on {res.best.candidate}, {fmt(res.best.ms)} | "
-                         f"{', '.join(f'{r.candidate} {fmt(r.ms)}' for r in tessel)} | "
-                         f"{ref_cand} {fmt(ref and ref.ms)} ({ref_name}: {ref_ms}) | "
-                         f"{fmt(hf)} / {fmt(hb)} ({mf} / {mb}){extra} | {cpu:.1f} |")
+            lines.append(_choice_row(group, label, res, tessel, ref_cand, ref, ref_name, ref_ms,
+                                     f"{fmt(hf)} / {fmt(hb)} ({mf} / {mb}){extra}", cpu))
             print(lines[-1], flush=True)
     return lines
+
+
+def _choice_row(group, label, res, tessel, ref_cand, ref, ref_name, ref_ms, last: str, cpu: float) -> str:
+    """One row of the GPT choice tables: the choice, every Tessel candidate, the hand-written
+    plan's placement against its measured time, `last` (what the table compares), CPU s."""
+    return (f"| {group} | {label} | {res.best.schedule} on {res.best.candidate}, {fmt(res.best.ms)} | "
+            f"{', '.join(f'{r.candidate} {fmt(r.ms)}' for r in tessel)} | "
+            f"{ref_cand} {fmt(ref and ref.ms)} ({ref_name}: {ref_ms}) | {last} | {cpu:.1f} |")
 
 
 def split_check_table(repeats: int = 21) -> list[str]:

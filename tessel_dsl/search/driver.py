@@ -196,8 +196,9 @@ def _incumbent(spec: Spec, n: int, clock: Clock, progress: Callable[[Progress], 
         return None, None, None
     span = got[0].makespan(spec)
     if span <= makespan_bound(spec, n):
-        if repetend_parts(spec, n, got) is not None:
-            return baseline_result(spec, n, got, clock, progress, at_bound=True), None, None
+        parts = repetend_parts(spec, n, got)
+        if parts is not None:
+            return baseline_result(spec, n, got, clock, progress, at_bound=True, parts=parts), None, None
         # Optimal for this N, but with no steady state to keep for other N (interleaved 1F1B's
         # micro-batches repeat in groups): the search proper finds a repetend, and its finishing
         # step keeps the baseline's order for this N.

@@ -110,7 +110,7 @@ def useful_cap(spec: Spec, n: int, makespan: int) -> int:
 
 def baseline_result(spec: Spec, n: int, got: tuple[Schedule, str], clock: Clock,
                     progress: Callable[[Progress], None] | None, *, at_bound: bool, cap: int = 0,
-                    solver: str = "auto") -> SearchResult:
+                    solver: str = "auto", parts=None) -> SearchResult:
     """The baseline `got` as the search's answer (module text): proven when it reaches the
     makespan bound; else the answer because no repetend can beat it (`useful_cap` at or below the
     period floor: `cap`), its ends re-solved. `spec` has its times divided (`timescale.py`)."""
@@ -121,7 +121,7 @@ def baseline_result(spec: Spec, n: int, got: tuple[Schedule, str], clock: Clock,
     bound = makespan_bound(spec, n)
     sched, name = got
     lower, period, nr, period_proven = lower_bound(spec), 0, 0, False
-    parts = repetend_parts(spec, n, got)
+    parts = parts if parts is not None else repetend_parts(spec, n, got)  # the driver's, when it has them
     if parts is not None:
         try:
             ext = extend(spec, parts, max(n, parts.repetend.nr))  # validated
