@@ -48,7 +48,6 @@ from gpu_common import GPT, PLANS, ROOT, TINY, gpu_info, need_plans, plan_path, 
 
 D, N = 4, gpu8.N
 OUT_DIR = PLANS / "gpu_zb"
-GPT32K = GPT | {"vocab": 32000, "layers": 2 * D}
 MODELS = {"chain": "tessel_dsl.executor.models.chain:factory", "gpt": "tessel_dsl.executor.models.gpt:factory"}
 GROUPS = ("chain", "gpt32k", "gpt512k")
 # key -> (group, model, how the spec is made, how the plan is made)
@@ -62,7 +61,9 @@ KEYS = {
 ROW_NAMES = {"zb1": "Tessel zero-bubble chain (searched)", "zb2": "Tessel V, two chunks per GPU (searched)",
              "vshape": "Tessel 1F1B baseline plan, unsplit backward", "mshape": "Tessel M-shape (searched)"}
 # The M-shape on bench/gpu8.py's spec costs: a first run of it gives the 512k group its block times.
-FROM_RUN_PLAN = plan_path("gpu_zb", "gpt512k", D, "mshape", "tessel", N, "spec-costs")
+def from_run_plan() -> Path:
+    return plan_path("gpu_zb", "gpt512k", D, "mshape", "tessel", N, "spec-costs")
+
 # The profile the published plans were searched on (bench/results/gpu_zb_h200x4_2026-11-27.md).
 COSTS = ROOT / "bench" / "results" / "gpu_zb_profile_h200x4_2026-11-27.json"
 # key -> (model, placement, schedule) in the plan's file name
@@ -83,7 +84,7 @@ def margs(group: str) -> dict:
     if group == "chain":
         return gpu8.chain_args(D)
     if group == "gpt32k":
-        return TINY["gpt"] | {"layers": 2 * D} if smoke() else GPT32K
+        return (TINY["gpt"] if smoke() else GPT | {"vocab": 32000}) | {"layers": 2 * D}
     return gpu8.gpt_args(D)
 
 
@@ -113,7 +114,7 @@ def prepare() -> None:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     zb = {c: parse_file(ROOT / "specs" / "zerobubble.tsl", sets={"D": str(D), "N": str(N), "C": str(c)}) for c in (1, 2)}
     mshape = gpu8.gpt_spec(D, 2 * D)
-    print(make_plan(mshape, "tessel", N, FROM_RUN_PLAN))
+    print(make_plan(mshape, "tessel", N, from_run_plan()))
     made = {"zb1": zb[1], "zb2": zb[2], "vshape": shapes.vshape(D, microbatches=N), "mshape": mshape}
     for key, (_, _, how, _) in KEYS.items():
         write_json_atomic(spec_file(key), to_json(made[how]))
@@ -247,11 +248,11 @@ def profile(out: str, only: set[str]) -> dict:
             continue
         t = time.time()
         if how == "mshape":
-            need_plans(FROM_RUN_PLAN, how="python bench/gpu_zb.py prepare")
-            rep = executor.run(FROM_RUN_PLAN, MODELS[model], backend="gloo" if smoke() else "nccl", steps=2,
+            need_plans(from_run_plan(), how="python bench/gpu_zb.py prepare")
+            rep = executor.run(from_run_plan(), MODELS[model], backend="gloo" if smoke() else "nccl", steps=2,
                                warmup=1, timeout=100, model_args=margs(group))
             s = rep.summary()
-            res[key] = {"block_seconds": s["block_seconds"], "device": res["gpu"], "plan": FROM_RUN_PLAN.name,
+            res[key] = {"block_seconds": s["block_seconds"], "device": res["gpu"], "plan": from_run_plan().name,
                         "iteration": s["measured"]["iteration"]}
         else:
             ms = measure(load_spec(key), MODELS[model], device=dev, repeats=10, warmup=3, model_args=margs(group))
@@ -526,6 +527,7 @@ def choice_name(made: dict) -> str:
 
 
 def main() -> None:
+    global D
     from gpu_common import arg_parser
 
     ap = arg_parser(__doc__)
@@ -546,7 +548,9 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true", help="run: record one warm-up iteration of every row with "
                     "torch.profiler (bench/gpu_trace.py)")
     ap.add_argument("--budget", type=float, help="run: seconds after which no further row starts")
+    ap.add_argument("--devices", type=int, default=4, help="pipeline ranks (GPUs); the published tables use 4")
     args = ap.parse_args()
+    D = args.devices
     only = list(dict.fromkeys(args.only.split(",")))  # run: the groups in this order
     if set(only) - set(GROUPS):
         raise SystemExit(f"--only takes {', '.join(GROUPS)}")

@@ -187,6 +187,10 @@ def search(
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, metavar="S",
                                                help="Stop after about S seconds and return the best valid "
                                                     "schedule found; the summary then says `proven: no` and why."),
+    effort: float = typer.Option(0.0, "--effort", min=0.0, metavar="E",
+                                 help="Spend E more units of deterministic solver budget (about seconds of one "
+                                      "core) re-solving the whole schedule for this N, warm-started from the one "
+                                      "found; kept only when shorter (default 0: the search alone)."),
     as_json: bool = typer.Option(False, "--json",
                                  help="Print the summary as JSON only (period, the period that runs at this N, lower bound, memory bound, gap "
                                       "to the larger of the two, N_R, makespan, makespan bound and gap, time "
@@ -215,7 +219,7 @@ def search(
     out = output if output is not None else Path(f"{spec.stem}.plan.json")
     with LiveProgress(err_console) as progress:
         result = run_search(parsed, microbatches=microbatches, solver=solver, method=method,
-                            time_limit=time_limit, progress=progress)
+                            time_limit=time_limit, progress=progress, effort=effort)
     plan = make_plan(parsed, result.schedule, result.info)
     try:
         # The checks `load_plan` runs, so that no verb refuses a plan this one wrote.

@@ -14,6 +14,12 @@ When a receive is posted is ``TESSEL_RECV_POST``'s choice:
   finished, and never holds SMs while that compute runs -- the way PyTorch's schedules post a
   step's receives just before its compute. The wait is the transfer itself, which is short when
   the links have NCCL's thread blocks (``TESSEL_P2P_MAX_CTAS``).
+* ``lead``: noted like ``due``, and started one compute earlier: when the host issues the
+  compute right before the one that needs it, on the communication stream once the compute
+  queued before that has finished. The transfer then runs beside that one compute instead of
+  after it (``due`` exposes every transfer on the receiver: for a V with two chunks per GPU,
+  four receives per micro-batch on a middle GPU); a late sender costs at most one compute's
+  worth of a spinning kernel.
 * ``ahead``: posted at the ``RECV``, on the communication stream, at once: its kernel spins on
   its SMs from then on, alongside the compute it is meant to overlap with.
 
@@ -31,7 +37,7 @@ import torch.distributed as dist
 
 from tessel_dsl.executor.model_api import TensorMeta
 
-RECV_POST = ("due", "ahead")
+RECV_POST = ("due", "lead", "ahead")
 
 
 def recv_post_mode() -> str:
@@ -101,7 +107,7 @@ class MessageManager:
     def post_recv(self, block: str, mb: int, metas: tuple[TensorMeta, ...], peer: int) -> None:
         """Receive (block, mb) from `peer` into buffers shaped by `metas`: start it now ("ahead"),
         or note it and start it at its wait ("due"); returns at once."""
-        if self.post == "due":
+        if self.post != "ahead":
             self.noted.setdefault(peer, []).append((block, mb, metas))
         else:
             self._start_recv(block, mb, metas, peer, self.stream)
@@ -113,15 +119,24 @@ class MessageManager:
             works = [dist.irecv(b, self._global(peer), group=group, tag=self._tag(block, mb, i)) for i, b in enumerate(bufs)]
         self.recvs[(block, mb)] = _Pending(works, bufs, peer, on_compute=stream is None)
 
-    def _start_noted(self, block: str, mb: int) -> None:
+    def _start_noted(self, block: str, mb: int, stream=None) -> None:
         """Start the noted receive of (block, mb) and every one noted before it on its link."""
         for peer, queue in self.noted.items():
             at = next((i for i, (b, m, _) in enumerate(queue) if (b, m) == (block, mb)), None)
             if at is not None:
                 for b, m, metas in queue[:at + 1]:
-                    self._start_recv(b, m, metas, peer, None)
+                    self._start_recv(b, m, metas, peer, stream)
                 del queue[:at + 1]
                 return
+
+    def start_early(self, block: str, mb: int) -> None:
+        """``lead``: start the noted receive of (block, mb) now, on the communication stream,
+        behind the compute queued so far (its kernel starts when that compute ends)."""
+        if (block, mb) in self.recvs:
+            return
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        self._start_noted(block, mb, self.stream)
 
     def wait_recv(self, block: str, mb: int) -> tuple[torch.Tensor, ...]:
         """Make the compute side wait until (block, mb) has arrived and return its tensors."""

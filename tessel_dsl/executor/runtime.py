@@ -52,6 +52,25 @@ class StepResult:
         return self.marks
 
 
+def early_receives(actions: tuple[Action, ...]) -> dict[int, list[Key]]:
+    """``lead`` posting: compute index -> the receives to start right before that compute: those
+    waited for before the next compute, once their ``RECV`` has come (a receive noted later than
+    the compute before it gains nothing from starting early and waits for its ``WAIT``)."""
+    out: dict[int, list[Key]] = {}
+    noted: set[Key] = set()
+    for i, a in enumerate(actions):
+        if a.op is Op.RECV:
+            noted.add((a.block, a.mb))
+        if a.op is not Op.COMPUTE:
+            continue
+        for b in actions[i + 1:]:
+            if b.op is Op.COMPUTE:
+                break
+            if b.op is Op.WAIT and (b.block, b.mb) in noted:
+                out.setdefault(i, []).append((b.block, b.mb))
+    return out
+
+
 class RankRunner:
     """Executes `plan.programs[rank]` with the blocks of `stage`."""
 
@@ -68,6 +87,7 @@ class RankRunner:
         tags = {b.name: i for i, b in enumerate(plan.spec.blocks)}
         self.comm = MessageManager(device, timeout, tags, rank, links or {}, ranks)
         self.uses = self._count_uses()
+        self.early = early_receives(self.program.actions) if self.comm.post == "lead" and not self.program.blocking else {}
 
     # -- reading the program ---------------------------------------------------------------
     def _reads(self, a: Action) -> list[Key]:
@@ -106,6 +126,8 @@ class RankRunner:
         for i, a in enumerate(self.program.actions):
             self.progress(iteration, i, str(a))
             where = f"rank {self.rank}, iteration {iteration}, step {i + 1}/{n} ({a})"
+            for key in self.early.get(i, ()):
+                self.comm.start_early(*key)
             start = torch.cuda.Event(enable_timing=True) if cuda else time.perf_counter()
             if cuda:
                 start.record()

@@ -21,7 +21,8 @@ completion  time-optimal warmup and cooldown for a repetend (paper §4.2)
 periodic    warmup and cooldown read off the periodic schedule (completion checks, no solver)
 extend      the repetend repeated to N micro-batches, then compacted
 direct      all N micro-batches in one solve (small N), with a budget that grows with its size
-compact     every block as early as its dependencies and devices allow, keeping the order
+compact     every block as early as its dependencies, transfers and devices allow, keeping the order
+lags        transfer lags: the gap a spec's link puts between a block and a consumer elsewhere
 refine      finishing for one N: better baseline orders, end re-solve
 optimal     the time-optimal schedule (TO) for comparison
 solvers/    one small scheduling problem, answered by CP-SAT or Z3

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.copies import SEP
+from tessel_dsl.search.lags import lag
 from tessel_dsl.search.membound import chain_stage_blocks
 
 CHAIN_PERIOD_EFFORT = 5.0  # deterministic CP-SAT budget of one period's solve (about seconds of one core)
@@ -72,10 +73,12 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
     m = cp_model.CpModel()
     x = [[m.new_int_var(0, horizon, f"x{j}_{s}") for s in range(count)] for j in range(k)]
     y = [[m.new_int_var(0, horizon, f"y{j}_{s}") for s in range(count)] for j in range(k)]
+    fwd = [lag(spec, stages[s][0].name, stages[s + 1][0].name) for s in range(count - 1)]
+    bwd = [lag(spec, stages[s + 1][1].name, stages[s][1].name) for s in range(count - 1)]
     for j in range(k):
         for s in range(count - 1):
-            m.add(x[j][s + 1] >= x[j][s] + stages[s][0].time)
-            m.add(y[j][s] >= y[j][s + 1] + stages[s + 1][1].time)
+            m.add(x[j][s + 1] >= x[j][s] + stages[s][0].time + fwd[s])
+            m.add(y[j][s] >= y[j][s + 1] + stages[s + 1][1].time + bwd[s])
         m.add(y[j][count - 1] >= x[j][count - 1] + stages[-1][0].time)
         if j == 0:
             m.add(x[0][0] == 0)

@@ -12,6 +12,7 @@ from collections import deque
 from tessel_dsl.errors import ScheduleError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Slot
+from tessel_dsl.search.lags import edge_lags
 
 
 def device_orders(spec: Spec, slots: tuple[Slot, ...] | list[Slot]) -> list[list[tuple[str, int]]]:
@@ -52,6 +53,7 @@ def compact(spec: Spec, slots: tuple[Slot, ...] | list[Slot] | None = None, *,
             succs[q].append(k)
             indeg[k] += 1
     start = {k: 0 for k in preds}
+    lags = edge_lags(spec)
     ready = deque(k for k, n in indeg.items() if n == 0)
     done = 0
     while ready:
@@ -59,8 +61,9 @@ def compact(spec: Spec, slots: tuple[Slot, ...] | list[Slot] | None = None, *,
         done += 1
         end = start[k] + spec.block(k[0]).time
         for s in succs[k]:
-            if end > start[s]:
-                start[s] = end
+            at = end + lags.get((k[0], s[0]), 0) if lags and s[1] == k[1] else end
+            if at > start[s]:
+                start[s] = at
             indeg[s] -= 1
             if indeg[s] == 0:
                 ready.append(s)

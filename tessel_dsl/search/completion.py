@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Repetend, Slot
+from tessel_dsl.search.lags import lag
 from tessel_dsl.search.repetend import entry_memory
 from tessel_dsl.search.solvers import Objective, Precedence, Problem, Solution, Task, microbatch_order, solve
 
@@ -86,7 +87,7 @@ def _problem(spec: Spec, free: list[tuple[str, int]], pinned: dict[tuple[str, in
     for name, mb in keys:
         for p in spec.preds[name]:
             if (p, mb) in index and ((name, mb) in free_set or (p, mb) in free_set):
-                prec.append(Precedence(index[(p, mb)], index[(name, mb)]))
+                prec.append(Precedence(index[(p, mb)], index[(name, mb)], lag(spec, p, name)))
     prec += microbatch_order({k: index[k] for k in free})
     for k in free:
         for d in spec.block(k[0]).devices:

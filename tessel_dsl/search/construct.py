@@ -38,6 +38,7 @@ from typing import Callable
 
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Repetend, Schedule, Slot
+from tessel_dsl.search.lags import lag
 
 Busy = tuple[tuple[int, int], ...]  # one device's disjoint, merged [start, end) intervals in [0, P)
 
@@ -229,7 +230,7 @@ def flat_starts(spec: Spec, period: int, left: Callable[[], float | None] | None
     for name in spec.topo_order:
         b = spec.block(name)
         rest = rest - {name}
-        earliest = max((sigma[p] + spec.block(p).time for p in spec.preds[name]), default=0)
+        earliest = max((sigma[p] + spec.block(p).time + lag(spec, p, name) for p in spec.preds[name]), default=0)
         points = [earliest] + [earliest + (x - earliest) % period for x in packer.events(taken, rest, zero=False)]
         for t in sorted(set(points)):
             if any(_overlaps(taken[d], t, b.time, period) for d in b.devices):

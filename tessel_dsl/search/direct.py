@@ -15,6 +15,7 @@ from tessel_dsl.errors import InfeasibleError, TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Slot
 from tessel_dsl.search.compact import compact
+from tessel_dsl.search.lags import lag
 from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, solve
 from tessel_dsl.units import capacity_in
 
@@ -50,7 +51,7 @@ def direct(spec: Spec, n: int, solver: str, time_limit: float | None,
     keys = [(b.name, mb) for mb in range(n) for b in spec.blocks]
     index = {k: i for i, k in enumerate(keys)}
     tasks = tuple(Task(k, spec.block(k[0]).time, spec.block(k[0]).devices, spec.block(k[0]).memory) for k in keys)
-    prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)]) for mb in range(n) for e in spec.edges]
+    prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)], lag(spec, e.src, e.dst)) for mb in range(n) for e in spec.edges]
     prec += [Precedence(index[(b.name, mb)], index[(b.name, mb + 1)], -b.time)
              for b in spec.blocks for mb in range(n - 1)]
     hints = None

@@ -138,12 +138,15 @@ COMPLETION_EFFORT = 2.0  # deterministic solver budget of each optimising warmup
 
 
 def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto", method: str = "auto",
-           time_limit: float | None = None, progress: Callable[[Progress], None] | None = None) -> SearchResult:
+           time_limit: float | None = None, progress: Callable[[Progress], None] | None = None,
+           effort: float = 0.0) -> SearchResult:
     """Search a Tessel schedule for `spec` and extend it to `microbatches` (default: the spec's N).
 
     `solver` is ``auto``, ``cpsat`` or ``z3``; `method` is ``auto``, ``enumerate`` or ``modulo``;
     with `time_limit` (seconds) the best valid schedule found so far is returned and
-    ``info.proven`` is False, with ``info.notes`` saying why.
+    ``info.proven`` is False, with ``info.notes`` saying why. A positive `effort` then spends
+    that much more deterministic solver budget on re-solving the whole schedule for this N,
+    warm-started from the one found (`refine.polish`).
     """
     n = spec.microbatches if microbatches is None else microbatches
     _check_inputs(spec, n, method)
@@ -164,6 +167,10 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     if result.info.method != "baseline" or not result.info.proven:  # at the makespan bound: nothing to win
         result = with_copies(base, n, result, search_one=_search, find_repetend=find_repetend, solver=solver,
                              method=method, clock=clock, progress=progress, per_mb_cap=cap)
+    if effort > 0:
+        from tessel_dsl.search.refine import polish
+
+        result = polish(base, result, solver=solver, clock=clock, effort=effort)
     info = result.info
     info = replace(info, seconds=clock.elapsed(), lower_bound=info.lower_bound * unit, period=info.period * unit,
                    makespan_bound=info.makespan_bound * unit,

@@ -61,6 +61,9 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "ends-resolved": lambda v: (
         f"re-solving the warmup and cooldown regions for N={v['n']} shortened the makespan "
         f"from {v['before']} to {v['after']}"),
+    "polished": lambda v: (
+        f"re-solving the whole schedule for N={v['n']} on effort {_g(v['effort'])} shortened the makespan "
+        f"from {v['before']} to {v['after']}"),
     "copies-beat": lambda v: (
         f"a repetend holding each block {v['k']} times (period {v['period']} for {v['k']} micro-batches, "
         f"{_g(v['period'] / v['k'])} each) beats the one-copy repetend (period {v['one_copy_period']}): "

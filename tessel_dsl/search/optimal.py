@@ -27,6 +27,7 @@ from tessel_dsl.errors import InfeasibleError, TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.plan import SearchInfo
 from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.lags import lag
 from tessel_dsl.search.notes import note, stopped_by
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
@@ -74,7 +75,7 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
     keys = [(b.name, mb) for mb in range(n) for b in spec.blocks]
     index = {k: i for i, k in enumerate(keys)}
     tasks = tuple(Task(k, spec.block(k[0]).time, spec.block(k[0]).devices, spec.block(k[0]).memory) for k in keys)
-    prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)]) for mb in range(n) for e in spec.edges]
+    prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)], lag(spec, e.src, e.dst)) for mb in range(n) for e in spec.edges]
     prec += microbatch_order(index)
     hints = horizon = None
     if hint is not None:

@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 from tessel_dsl.analysis import max_inflight
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Repetend, Slot
+from tessel_dsl.search.lags import lag
 from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, solve
 
 
@@ -59,7 +60,7 @@ class Shape:
             row: dict[str, int] = {}
             for j in spec.succs[i]:
                 for k, v in [(j, 0)] + list(longest[j].items()):
-                    row[k] = max(row.get(k, 0), time[i] + v)
+                    row[k] = max(row.get(k, 0), time[i] + lag(spec, i, j) + v)
             longest[i] = row
         return cls(order, time, {b.name: b.memory for b in spec.blocks},
                    {b.name: b.devices for b in spec.blocks}, dict(spec.preds), longest)
@@ -113,7 +114,7 @@ def cyclic_bound_ok(spec: Spec, shape: Shape, offsets: dict[str, int], period: i
     nodes = names + [("win", d) for d in range(spec.devices)]
     arcs: list[tuple[object, object, int]] = []
     for e in spec.edges:
-        arcs.append((e.src, e.dst, shape.time[e.src] - period * (offsets[e.src] - offsets[e.dst])))
+        arcs.append((e.src, e.dst, shape.time[e.src] + lag(spec, e.src, e.dst) - period * (offsets[e.src] - offsets[e.dst])))
     for n in names:
         for d in shape.devices[n]:
             arcs.append((("win", d), n, 0))
@@ -168,7 +169,7 @@ def repetend_problem(spec: Spec, offsets: dict[str, int], period: int) -> Proble
     """The solver problem of one candidate at a fixed period."""
     index = {b.name: i for i, b in enumerate(spec.blocks)}
     tasks = tuple(Task(b.name, b.time, b.devices, b.memory) for b in spec.blocks)
-    prec = tuple(Precedence(index[e.src], index[e.dst], -period * (offsets[e.src] - offsets[e.dst]))
+    prec = tuple(Precedence(index[e.src], index[e.dst], lag(spec, e.src, e.dst) - period * (offsets[e.src] - offsets[e.dst]))
                  for e in spec.edges)
     return Problem(tasks, prec, spec.devices, capacity=spec.capacities,
                    initial_memory=entry_memory(spec, offsets), span_limit=period)

@@ -10,23 +10,27 @@ from __future__ import annotations
 from dataclasses import replace
 from math import gcd
 
-from tessel_dsl.ir import Spec
+from tessel_dsl.ir import Link, Spec
 from tessel_dsl.schedule import Repetend, Schedule, Slot
+from tessel_dsl.search.lags import edge_lags
 
 
 def time_unit(spec: Spec) -> int:
-    """The largest integer every block time is a multiple of (1 when there is nothing to gain)."""
+    """The largest integer every block time and transfer lag is a multiple of (1 when there is
+    nothing to gain)."""
     g = 0
-    for b in spec.blocks:
-        g = gcd(g, b.time)
+    for t in [b.time for b in spec.blocks] + list(edge_lags(spec).values()):
+        g = gcd(g, t)
     return max(1, g)
 
 
 def divide_spec(spec: Spec, unit: int) -> Spec:
-    """`spec` with every block time divided by `unit` (which must divide them all)."""
+    """`spec` with every block time divided by `unit` (which must divide them all), and its link
+    slowed down as much, so each transfer lag is divided too."""
     if unit == 1:
         return spec
-    return replace(spec, blocks=tuple(replace(b, time=b.time // unit) for b in spec.blocks))
+    link = Link(spec.link.latency / unit, spec.link.bandwidth * unit)
+    return replace(spec, blocks=tuple(replace(b, time=b.time // unit) for b in spec.blocks), link=link)
 
 
 def _slots(slots: tuple[Slot, ...], mul: int, div: int) -> tuple[Slot, ...]:

@@ -143,6 +143,20 @@ def test_split_backward_input_then_weight_gradients():
     check_training(report, "tessel_dsl.executor.models.chain", spec, {})
 
 
+@pytest.mark.parametrize("post", ["lead", "ahead"])
+def test_every_receive_posting_trains_like_one_process(monkeypatch, post):
+    """The default ("due") runs in every other test; the other two post the same receives at
+    other points of the program, which must not change a single gradient."""
+    monkeypatch.setenv("TESSEL_RECV_POST", post)
+    from tessel_dsl.executor.runtime import early_receives
+
+    spec = split_backward_spec(3)
+    plan = plan_for(spec, "zb-h1", 4)
+    assert any(early_receives(p.actions) for p in plan.programs)  # "lead" does start some early
+    report = executor.run(plan, "tessel_dsl.executor.models.chain:factory", collect=True, grads=True, timeout=60)
+    check_training(report, "tessel_dsl.executor.models.chain", spec, {})
+
+
 def test_report_numbers_and_trace_file(tmp_path):
     spec = shapes.vshape(2, microbatches=4)
     report = executor.run(plan_for(spec, "1f1b", 4), "tessel_dsl.executor.models.chain:factory", steps=2, warmup=1, timeout=60)

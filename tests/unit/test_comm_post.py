@@ -58,3 +58,30 @@ def test_an_unknown_mode_is_refused(monkeypatch):
         comm.recv_post_mode()
     with pytest.raises(ValueError, match="receive posting"):
         _manager("later")
+
+
+def test_lead_receives_start_early_once_with_the_earlier_ones_of_their_link(posted):
+    m = _manager("lead")
+    m.post_recv("A", 0, META, 0)
+    m.post_recv("A", 1, META, 0)
+    assert posted == []  # noted, like "due"
+    m.start_early("A", 1)
+    assert posted == [(0, m._tag("A", 0, 0)), (0, m._tag("A", 1, 0))]
+    m.start_early("A", 1)  # already started
+    m.wait_recv("A", 0)
+    m.wait_recv("A", 1)
+    assert len(posted) == 2 and not m.recvs
+
+
+def test_lead_starts_a_receive_at_the_compute_before_the_one_that_needs_it():
+    from tessel_dsl.executor.runtime import early_receives
+    from tessel_dsl.program import Program
+
+    # Device 1 of a two-stage 1F1B: F0:1 is noted before B1:0 runs and waited for right after it,
+    # so it starts at B1:0; F0:2 is noted only after B1:1 was issued, so it waits for its WAIT.
+    text = ("RECV F0:0<0 RECV F0:1<0 WAIT F0:0<0 F1:0 B1:0 SEND B1:0>0 WAIT F0:1<0 F1:1 B1:1 "
+            "RECV F0:2<0 SEND B1:1>0 WAIT F0:2<0 F1:2 B1:2 SEND B1:2>0")
+    acts = Program.from_text(1, text, False).actions
+    early = early_receives(acts)
+    at = {str(acts[i]): keys for i, keys in early.items()}
+    assert at == {"B1:0": [("F0", 1)]}
