@@ -52,20 +52,24 @@ def search_part(spec) -> dict:
             "search_cpu": round(time.process_time() - cpu0, 2)}
 
 
-def to_part(spec, hint, effort: float, workers: int, max_tasks: int = MAX_TASKS) -> dict:
-    """TO at the spec's N, hinted with `hint`: its makespan, proof, CP-SAT's bound and CPU."""
+def to_part(spec, hint, effort: float, workers: int, max_tasks: int = MAX_TASKS,
+            time_limit: float | None = None) -> dict:
+    """TO at the spec's N, hinted with `hint`: its makespan, proof, CP-SAT's bound and CPU;
+    `to_cut` says what stopped an unproven solve ("budget", or "time limit": the wall clock)."""
     from tessel_dsl.search.optimal import optimal
 
     tasks = len(spec.blocks) * spec.microbatches
     if tasks > max_tasks:
         return {"error": f"not tried: {tasks} tasks > --max-tasks {max_tasks}"}
     cpu0 = time.process_time()
-    r = optimal(spec, effort=effort, hint=hint, workers=workers)
-    return {"to": r.schedule.makespan(spec), "to_proven": r.info.proven, "cp_bound": r.info.makespan_bound,
-            "to_cpu": round(time.process_time() - cpu0, 2)}
+    r = optimal(spec, effort=effort, hint=hint, workers=workers, time_limit=time_limit)
+    cut = None if r.info.proven else r.info.notes[0].values.get("cause")
+    return {"to": r.schedule.makespan(spec), "to_proven": r.info.proven, "to_cut": cut,
+            "cp_bound": r.info.makespan_bound, "to_cpu": round(time.process_time() - cpu0, 2)}
 
 
-def one(path: Path, effort: float, workers: int, max_tasks: int = MAX_TASKS, out=sys.stdout) -> None:
+def one(path: Path, effort: float, workers: int, max_tasks: int = MAX_TASKS, time_limit: float | None = None,
+        out=sys.stdout) -> None:
     """Measure one spec in this process: one JSON line after the search, one after TO (a TO
     killed for memory or CPU leaves the first)."""
     from tessel_dsl.lang.parser import parse_file
@@ -80,7 +84,7 @@ def one(path: Path, effort: float, workers: int, max_tasks: int = MAX_TASKS, out
         if row["ours"] <= row["analytic"]:  # already optimal: TO could only spend CPU proving it again
             part = {"to": row["ours"], "to_proven": True, "to_skipped": True, "to_cpu": 0.0}
         else:
-            part = to_part(spec, hint, effort, workers, max_tasks)
+            part = to_part(spec, hint, effort, workers, max_tasks, time_limit)
     except (Exception, MemoryError) as e:  # noqa: BLE001 -- the row records what went wrong
         part = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]}
     print(json.dumps(part), file=out, flush=True)
@@ -91,6 +95,7 @@ def measure(path: Path, half: str, args) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, __file__, "--one", str(path), "--effort", str(args.effort), "--workers",
            str(args.workers), "--max-tasks", str(args.max_tasks)]
+    cmd += ["--time-limit", str(args.time_limit)] if args.time_limit else []
     limit = ["prlimit", f"--cpu={args.cpu_limit}:{args.cpu_limit + 5}"] if args.cpu_limit else []
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(limit + cmd, stdout=out, stderr=err, env=env)
@@ -108,6 +113,13 @@ def measure(path: Path, half: str, args) -> dict:
             why = f"killed by signal {-rc} (CPU limit {args.cpu_limit or 'none'} s, or out of memory)"
         row.setdefault("error", why)
     return row
+
+
+def _tasks(path: Path) -> int:
+    from tessel_dsl.lang.parser import parse_file
+
+    spec = parse_file(path)
+    return len(spec.blocks) * spec.microbatches
 
 
 def best_bound(row: dict) -> int:
@@ -133,7 +145,8 @@ def cells(row: dict) -> list[str]:
     if row.get("to_skipped"):
         to = "not run: ours at the bound"
     elif "to" in row:
-        to = f"{row['to']} ({'yes' if row['to_proven'] else 'no'})"
+        wall = ", wall-clock limit" if row.get("to_cut") == "time limit" else ""
+        to = f"{row['to']} ({'yes' if row['to_proven'] else 'no'}{wall})"
     else:
         to = f"**{row.get('error', 'not run')}**"
     bound = best_bound(row)
@@ -168,7 +181,8 @@ def table(half: str, rows: list[dict], effort: float, workers: int) -> str:
               f"{sum(bool(r['to_proven']) for r in ran)} of the {len(ran)} it ran on; the search's own verdict "
               f"\"proven\": {sum(bool(r['search_proven']) for r in done)} of {len(done)}",
               "- TO shorter than ours: " + (", ".join(beaten) if beaten else "none") + "; no TO: "
-              + (", ".join(r["spec"] for r in rows if "to" not in r) or "none")]
+              + (", ".join(r["spec"] for r in rows if "to" not in r) or "none") + "; TO cut by the wall clock: "
+              + (", ".join(r["spec"] for r in rows if r.get("to_cut") == "time limit") or "none")]
     return "\n".join(lines) + "\n"
 
 
@@ -180,14 +194,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--effort", type=float, default=600, help="TO's deterministic budget (default 600)")
     ap.add_argument("--workers", type=int, default=1, help="CP-SAT workers per TO solve (default 1)")
     ap.add_argument("--max-tasks", type=int, default=MAX_TASKS, help=f"skip TO above this many (default {MAX_TASKS})")
-    ap.add_argument("--cpu-limit", type=int, default=0, help="CPU seconds per spec (default 0: none)")
+    ap.add_argument("--time-limit", type=float, help="a wall-clock limit on each TO solve, as a backstop only: "
+                    "a row it cuts depends on the machine's speed and load, and says so")
+    ap.add_argument("--cpu-limit", type=int, default=0, help="CPU seconds per spec, then it is killed (default: none)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--jsonl", type=Path, help="append every row to this file as it finishes")
     ap.add_argument("--from-jsonl", type=Path, help="print the tables from rows recorded by --jsonl instead")
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        one(args.one, args.effort, args.workers, args.max_tasks)
+        one(args.one, args.effort, args.workers, args.max_tasks, args.time_limit)
         return 0
     todo = [(half, p) for half in args.half for p in specs(half, args.devices) if not args.only or p.stem in args.only]
     rows: dict[tuple[str, str], dict] = {}
@@ -198,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         for half, p in todo:
             rows.setdefault((half, p.stem), {"spec": p.stem, "error": "not run"})
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(measure, p, half, args) for half, p in todo if (half, p.stem) not in rows]
+        # The largest first, so that the longest solves do not start last.
+        left = sorted((t for t in todo if (t[0], t[1].stem) not in rows), key=lambda t: -_tasks(t[1]))
+        futures = [pool.submit(measure, p, half, args) for half, p in left]
         for fut in concurrent.futures.as_completed(futures):
             row = fut.result()
             rows[(row["half"], row["spec"])] = row

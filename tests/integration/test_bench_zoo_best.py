@@ -20,7 +20,8 @@ def _spec(tmp_path):
 
 
 def _args(**kw):
-    return argparse.Namespace(**{"effort": 1.0, "workers": 1, "max_tasks": 20000, "cpu_limit": 120, **kw})
+    return argparse.Namespace(**{"effort": 1.0, "workers": 1, "max_tasks": 20000, "time_limit": None, "cpu_limit": 120,
+                                 **kw})
 
 
 def test_to_matches_or_beats_the_plan_and_the_bound_stays_below(tmp_path):
@@ -44,4 +45,4 @@ def test_a_to_that_cannot_run_leaves_an_error_in_its_row_not_a_crash(tmp_path):
     assert row["rc"] == 0 and "to" not in row and row["ours"] > 0
     assert row["error"] == "not tried: 48 tasks > --max-tasks 10"
     text = bench.table("tune", [row], 1.0, 1)
-    assert "| zb4 | 4 | 4 | " in text and "**not tried: 48 tasks" in text and "no TO: zb4" in text
+    assert "| zb4 | 4 | 4 | " in text and "**not tried: 48 tasks" in text and "no TO: zb4;" in text
