@@ -13,10 +13,15 @@ optimal, the lower bound CP-SAT proved (its objective bound), the search's analy
 shortest schedule known for that N, ours included. The best lower bound is the larger of the two
 bounds; our makespan at it is optimal (TO is not run where ours is already at the analytic bound).
 
+TO's CPU grows about linearly with the effort: on the D=8 specs, about 10 s plus 1.4 to 4 s per
+unit of effort (one worker, a 2-core x86_64 machine; 4 workers took 7 times the CPU of one for
+the same effort on deepseek_moe8, with the same answer). `--time-limit` caps each solve by the wall
+clock where a deadline matters more than determinism; the rows it cuts are marked.
+
 Each spec runs as its own child process (`--jobs K` side by side, under a CPU limit of
 `--cpu-limit` s), so a solve that runs out of memory or time costs its row's TO, not the batch.
 
-    PYTHONPATH=. python bench/zoo_best.py --half tune heldout --effort 600 --jobs 16 --jsonl best.jsonl
+    PYTHONPATH=. python bench/zoo_best.py --effort 80 --time-limit 420 --jobs 16 --jsonl best.jsonl  # both halves
     nice python bench/zoo_best.py --half tune --devices 8 --only unet_sdxl8 --effort 20
     python bench/zoo_best.py --half tune heldout --from-jsonl best.jsonl    # the tables again
 """
@@ -164,7 +169,9 @@ def _spread(name: str, gaps: list[float]) -> str:
 
 
 def table(half: str, rows: list[dict], effort: float, workers: int) -> str:
-    lines = [f"### Half: {half} (TO effort {effort:g}, {workers} worker{'s' * (workers != 1)})", "",
+    runs = sorted({(r["effort"], r["workers"]) for r in rows if "effort" in r}) or [(effort, workers)]
+    how = ", ".join(f"effort {e:g}, {w} worker{'s' * (w != 1)}" for e, w in runs)
+    lines = [f"### Half: {half} (TO {how})", "",
              "Best known = TO's makespan (CP-SAT on all N micro-batches, hinted with ours, so never longer); "
              "best lower bound = the larger of the search's analytic makespan bound and the objective bound "
              "CP-SAT proved; ours at that bound is optimal.", ""]
@@ -225,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                 with args.jsonl.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
     for half in args.half:
-        got = [rows[(h, p.stem)] for h, p in todo if h == half]
-        first = next((r for r in got if "effort" in r), {})
-        print(table(half, got, first.get("effort", args.effort), first.get("workers", args.workers)))
+        print(table(half, [rows[(h, p.stem)] for h, p in todo if h == half], args.effort, args.workers))
     return 0
 
 
