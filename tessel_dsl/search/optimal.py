@@ -42,7 +42,9 @@ class OptimalTimeout(TesselError):
 @dataclass(frozen=True)
 class OptimalResult:
     """The TO schedule and how it was found (`info.proven` is False when the budget or limit cut
-    it short; `info.notes` say which)."""
+    it short; `info.notes` say which). `info.makespan_bound` is the lower bound on the makespan
+    the solver proved (the makespan itself when proven; 0 when the backend reports none), so an
+    unproven TO still says how far from the optimum it can be."""
 
     schedule: Schedule
     info: SearchInfo
@@ -112,6 +114,7 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
     schedule = Schedule(microbatches=n, slots=slots, name="to")
     validate(spec, schedule)
     lb = lower_bound(spec)
+    bound = schedule.makespan(spec) if sol.proven else min(sol.bound or 0, schedule.makespan(spec))
     info = SearchInfo(solver=name, method="to", proven=sol.proven, seconds=cpu, lower_bound=lb,
-                      period=0, nr=n, notes=(said,))
+                      period=0, nr=n, notes=(said,), makespan_bound=bound)
     return OptimalResult(schedule, info)

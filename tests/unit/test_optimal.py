@@ -106,3 +106,28 @@ def test_hint_is_the_fallback_when_the_limit_is_too_short():
     assert r.schedule.makespan(spec) <= hint.makespan(spec)
     assert not r.info.proven
     validate(spec, r.schedule)
+
+
+@pytest.mark.parametrize("d,n", [(2, 3), (3, 4)])
+def test_a_proven_to_states_its_makespan_as_its_bound(d, n):
+    spec = vshape(d=d, n=n)
+    r = optimal(spec, time_limit=60)
+    assert r.info.proven and r.info.makespan_bound == r.schedule.makespan(spec) == (n + d - 1) * (1 + 3)
+
+
+def test_an_unproven_to_states_a_bound_below_the_optimum():
+    spec = mshape(n=6)
+    best = optimal(spec, effort=None).schedule.makespan(spec)  # proven: 48
+    cut = optimal(spec, effort=0.01)
+    assert not cut.info.proven and cut.schedule.makespan(spec) > best
+    assert 0 < cut.info.makespan_bound <= best
+
+
+def test_cpsat_reports_the_makespan_bound_it_proved():
+    from tessel_dsl.search.solvers import Precedence, Problem, Task, solve
+
+    # A two-machine flow shop: Johnson's rule runs b (4 <= 5) before a (3 > 2): device 1 idles
+    # 4, then runs b's 5 and a's 2, so 11; the other order ends at 3 + 4 + 5 = 12.
+    tasks = (Task("a0", 3, (0,)), Task("a1", 2, (1,)), Task("b0", 4, (0,)), Task("b1", 5, (1,)))
+    sol = solve(Problem(tasks, (Precedence(0, 1), Precedence(2, 3)), devices=2), "makespan")
+    assert sol.proven and sol.objective == sol.bound == 11

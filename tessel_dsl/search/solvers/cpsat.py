@@ -1,6 +1,8 @@
 """OR-Tools CP-SAT backend: interval variables, one no-overlap per device, a reservoir per device."""
 from __future__ import annotations
 
+import math
+
 from tessel_dsl.search.solvers.problem import Objective, Problem, Solution, makespan_lower_bound
 
 SEED = 1  # CP-SAT's random seed, fixed so that a model always gets the same answer
@@ -165,8 +167,10 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
     status = solver.solve(m)
     if status == cp_model.INFEASIBLE:
         return Solution("infeasible")
+    # CP-SAT's objective bound is a float; the makespan is an integer, so its ceiling still holds.
+    bound = math.ceil(solver.best_objective_bound - 1e-6) if makespan is not None else None
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Solution("unknown")
+        return Solution("unknown", bound=bound)
     values = tuple(int(solver.value(s)) for s in starts)
     proven = status == cp_model.OPTIMAL or objective is Objective.FEASIBLE
     obj = None
@@ -177,4 +181,4 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
     elif spread is not None:
         obj = int(solver.value(spread))
     return Solution("optimal" if proven else "feasible", values, obj,
-                    int(solver.value(anchor)) if anchor is not None else 0)
+                    int(solver.value(anchor)) if anchor is not None else 0, bound=bound)

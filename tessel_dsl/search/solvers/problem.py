@@ -203,6 +203,9 @@ class Solution:
     starts: tuple[int, ...] | None = None
     objective: int | None = None
     anchor: int = 0
+    # With Objective.MAKESPAN: the best lower bound on the makespan the solver proved (equal to
+    # `objective` when optimal); None when the backend does not report one.
+    bound: int | None = None
 
     @property
     def ok(self) -> bool:
