@@ -58,8 +58,10 @@ def costed(spec, times: dict[str, int], memory: dict[str, int] | None = None, ca
     return replace(spec, memory=capacity or spec.memory, blocks=blocks)
 
 
-def make_plan(spec, schedule: str, n: int, path: Path, blocking: bool = False, time_limit: float = 120) -> dict:
-    """Search (or build a baseline) and lower; save the plan; return a line for the log."""
+def make_plan(spec, schedule: str, n: int, path: Path, blocking: bool = False, time_limit: float = 120,
+              effort: float = 0.0) -> dict:
+    """Search (or build a baseline) and lower; save the plan; return a line for the log. `effort`:
+    `tessel search --effort` (the whole schedule re-solved from the one found)."""
     from tessel_dsl.lower import lower
     from tessel_dsl.plan import Plan, SearchInfo, save_plan
     from tessel_dsl.search import baselines
@@ -68,7 +70,7 @@ def make_plan(spec, schedule: str, n: int, path: Path, blocking: bool = False, t
     if schedule == "tessel":
         from tessel_dsl.search.driver import search
 
-        res = search(spec, microbatches=n, time_limit=time_limit)
+        res = search(spec, microbatches=n, time_limit=time_limit, effort=effort)
         sched, info = res.schedule, res.info
     else:
         sched, info = baselines.build(spec, schedule, n), SearchInfo(method=schedule)

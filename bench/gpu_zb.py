@@ -138,18 +138,27 @@ def resolution(ms) -> float:
     return nice_floor(median(m.forward for m in ms if m.forward) / 16)
 
 
-def costed_spec(key: str, entry: dict):
+def costed_spec(key: str, entry: dict, link_s: float = 0.0):
+    """The spec of `key` with the block times measured on the GPU and, when `link_s` is given, a
+    link whose latency is the transfer time of one activation measured there (`profile_link`),
+    so the search keeps that gap between a block and its consumer on another GPU."""
+    from dataclasses import replace
+
     from tessel_dsl.interop.profiled_spec import Measurement, apply_measurements, measurements_from_run
+    from tessel_dsl.ir import Link
 
     spec = load_spec(key)
     if "block_seconds" in entry:
         ms = measurements_from_run(spec, entry["block_seconds"], entry.get("device", ""))
     else:
         ms = [Measurement(**m) for m in entry["measurements"]]
-    return apply_measurements(spec, ms, time_resolution=resolution(ms))
+    spec = apply_measurements(spec, ms, time_resolution=resolution(ms))
+    if link_s > 0:
+        spec = replace(spec, link=Link(round(link_s / spec.units.time_seconds, 3), 0.0))
+    return spec
 
 
-def plans(costs: Path, choice_runs: list[Path] = ()) -> None:
+def plans(costs: Path, choice_runs: list[Path] = (), effort: float = 0.0, transfers: bool = True) -> None:
     """Search (or build 1F1B) on the measured costs; save each plan and what it was searched on.
     On the zero-bubble specs the baselines ZB-H1 and ZB-V are built on the same costs too, and
     their simulated length is kept beside the search's (what `tessel compare` prints)."""
@@ -164,9 +173,12 @@ def plans(costs: Path, choice_runs: list[Path] = ()) -> None:
         if key not in prof:
             print(f"{key}: not in {costs}, skipped")
             continue
-        spec = costed_spec(key, prof[key])
-        made = make_plan(spec, schedule, N, plan_file(key), time_limit=240)
-        made.update(unit=spec.units.time_label, costs={b.name: b.time for b in spec.blocks},
+        link_s = prof.get("link", {}).get(KEYS[key][0], {}).get("seconds", 0.0) if transfers else 0.0
+        spec = costed_spec(key, prof[key], link_s)
+        t = time.process_time()
+        made = make_plan(spec, schedule, N, plan_file(key), time_limit=None, effort=effort if schedule == "tessel" else 0)
+        made.update(unit=spec.units.time_label, costs={b.name: b.time for b in spec.blocks}, effort=effort,
+                    search_cpu_s=round(time.process_time() - t, 1), link_units=spec.link.latency,
                     source="block times of a first run of the plan" if "block_seconds" in prof[key]
                     else "blocks profiled alone", device=prof.get("gpu", ""))
         if how.startswith("zb"):
@@ -269,11 +281,68 @@ def profile(out: str, only: set[str]) -> dict:
         print(key, json.dumps(res[key]["units_profile"]["units"][:2]), flush=True)
         with open(os.path.join(out, "gpu_zb_profile.json"), "w") as fh:
             json.dump(res, fh, indent=1)
+    res["link"] = profile_link([g for g in ("chain", "gpt32k") if g in only])
+    print("link", json.dumps(res["link"]), flush=True)
     res["split_check"] = split_check(res)
     print(res["split_check"])
     with open(os.path.join(out, "gpu_zb_profile.json"), "w") as fh:
         json.dump(res, fh, indent=1)
     return res
+
+
+def _link_rank(nbytes: list[int], repeats: int) -> dict:
+    """One rank of `profile_link`: ranks 0 and 1 pass a buffer back and forth over a two-rank
+    group made as the executor makes its links; rank 0 times each round trip on the GPU."""
+    import torch
+    import torch.distributed as dist
+
+    from tessel_dsl.executor.groups import _link_options
+
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend)
+    group = dist.new_group([0, 1], backend=backend, pg_options=_link_options(backend))
+    rank, peer = dist.get_rank(), 1 - dist.get_rank()
+    out = {}
+    for n in nbytes:
+        buf = torch.zeros(n, dtype=torch.uint8, device=device)
+        times = []
+        for it in range(repeats + 3):
+            dist.barrier(group)
+            if cuda:
+                torch.cuda.synchronize()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+            t0 = time.perf_counter()
+            for first in ((True, False) if rank == 0 else (False, True)):
+                w = dist.isend(buf, peer, group=group) if first else dist.irecv(buf, peer, group=group)
+                w.wait()
+            if cuda:
+                b.record()
+                b.synchronize()
+            if it >= 3:
+                times.append((a.elapsed_time(b) / 1e3 if cuda else time.perf_counter() - t0) / 2)
+        out[n] = sorted(times)[len(times) // 2]
+    dist.destroy_process_group()
+    return out
+
+
+def profile_link(only: list[str]) -> dict:
+    """group -> the time one activation of that group takes from one GPU to the next (half the
+    median round trip between GPUs 0 and 1, nothing else running): the link the plans are
+    searched with."""
+    from tessel_dsl.executor.local_ranks import run_ranks
+
+    sizes = {}
+    for group in only:
+        m = margs(group)
+        rows = m["batch"] * (m.get("seq") or 1)
+        sizes[group] = rows * m["hidden"] * (2 if m.get("dtype") == "bf16" else 4)
+    got = run_ranks(_link_rank, 2, sorted(set(sizes.values())), 20)[0]
+    return {g: {"bytes": n, "seconds": got[n]} for g, n in sizes.items()}
 
 
 def profile_units(group: str, dev: str) -> dict:
@@ -548,6 +617,9 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true", help="run: record one warm-up iteration of every row with "
                     "torch.profiler (bench/gpu_trace.py)")
     ap.add_argument("--budget", type=float, help="run: seconds after which no further row starts")
+    ap.add_argument("--effort", type=float, default=60.0, help="plans: `tessel search --effort` of every searched "
+                    "plan (0: the search alone)")
+    ap.add_argument("--no-transfers", action="store_true", help="plans: search as if transfers were free (no link)")
     ap.add_argument("--devices", type=int, default=4, help="pipeline ranks (GPUs); the published tables use 4")
     args = ap.parse_args()
     D = args.devices
@@ -567,7 +639,7 @@ def main() -> None:
         profile(args.out, only)
     if args.step in ("plans", "all"):
         costs = args.costs or Path(args.out) / "gpu_zb_profile.json"
-        plans(costs, [Path(f) for f in args.choice_runs.split(",") if f])
+        plans(costs, [Path(f) for f in args.choice_runs.split(",") if f], args.effort, not args.no_transfers)
     if args.step in ("run", "all"):
         run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag,
             tuple(args.torch.split(",")) if args.torch else None, set(args.keys.split(",")) if args.keys else None,
