@@ -19,7 +19,9 @@ When a receive is posted is ``TESSEL_RECV_POST``'s choice:
   queued before that has finished. The transfer then runs beside that one compute instead of
   after it (``due`` exposes every transfer on the receiver: for a V with two chunks per GPU,
   four receives per micro-batch on a middle GPU); a late sender costs at most one compute's
-  worth of a spinning kernel.
+  worth of a spinning kernel. Measured slower than ``due`` on 2 x H200 (bench/results/gpu.md,
+  "receives posted one compute early"): the kernel's share of the GPU costs that compute more
+  than the wait it saves.
 * ``ahead``: posted at the ``RECV``, on the communication stream, at once: its kernel spins on
   its SMs from then on, alongside the compute it is meant to overlap with.
 
