@@ -158,37 +158,53 @@ def costed_spec(key: str, entry: dict, link_s: float = 0.0):
     return spec
 
 
-def plans(costs: Path, choice_runs: list[Path] = (), effort: float = 0.0, transfers: bool = True) -> None:
-    """Search (or build 1F1B) on the measured costs; save each plan and what it was searched on.
-    On the zero-bubble specs the baselines ZB-H1 and ZB-V are built on the same costs too, and
-    their simulated length is kept beside the search's (what `tessel compare` prints)."""
+def _plan_one(key: str, entry: dict, gpu: str, link_s: float, effort: float) -> dict:
+    """One row's plan (searched, or 1F1B built) on its measured costs; saved beside the others."""
     from gpu_common import make_plan
 
-    from tessel_dsl.plan import write_json_atomic
     from tessel_dsl.search import baselines
+
+    how, schedule = KEYS[key][2], KEYS[key][3]
+    spec = costed_spec(key, entry, link_s)
+    t = time.process_time()
+    made = make_plan(spec, schedule, N, plan_file(key), time_limit=None, effort=effort if schedule == "tessel" else 0)
+    made.update(unit=spec.units.time_label, costs={b.name: b.time for b in spec.blocks}, effort=effort,
+                search_cpu_s=round(time.process_time() - t, 1), link_units=spec.link.latency,
+                source="block times of a first run of the plan" if "block_seconds" in entry
+                else "blocks profiled alone", device=gpu)
+    if how.startswith("zb"):
+        for base in ("1f1b", "zb-h1", "zb-v"):
+            try:
+                made[f"baseline_{base}_units"] = baselines.build(spec, base, N).makespan(spec)
+            except Exception as e:  # noqa: BLE001 - a baseline that does not apply to this placement
+                made[f"baseline_{base}_units"] = f"n/a ({str(e)[:60]})"
+    print(key, json.dumps(made), flush=True)
+    return made
+
+
+def plans(costs: Path, choice_runs: list[Path] = (), effort: float = 0.0, transfers: bool = True,
+          jobs: int = 1) -> None:
+    """Search (or build 1F1B) on the measured costs; save each plan and what it was searched on.
+    On the zero-bubble specs the baselines ZB-H1 and ZB-V are built on the same costs too, and
+    their simulated length is kept beside the search's (what `tessel compare` prints). `jobs`
+    rows are searched side by side (each search is deterministic on its own)."""
+    import concurrent.futures
+    import multiprocessing
+
+    from tessel_dsl.plan import write_json_atomic
 
     prof = json.loads(costs.read_text())
     info = {"profile": str(costs), "gpu": prof.get("gpu", ""), "plans": {}}
-    for key, (_, _, how, schedule) in KEYS.items():
+    todo = []
+    for key in KEYS:
         if key not in prof:
             print(f"{key}: not in {costs}, skipped")
             continue
         link_s = prof.get("link", {}).get(KEYS[key][0], {}).get("seconds", 0.0) if transfers else 0.0
-        spec = costed_spec(key, prof[key], link_s)
-        t = time.process_time()
-        made = make_plan(spec, schedule, N, plan_file(key), time_limit=None, effort=effort if schedule == "tessel" else 0)
-        made.update(unit=spec.units.time_label, costs={b.name: b.time for b in spec.blocks}, effort=effort,
-                    search_cpu_s=round(time.process_time() - t, 1), link_units=spec.link.latency,
-                    source="block times of a first run of the plan" if "block_seconds" in prof[key]
-                    else "blocks profiled alone", device=prof.get("gpu", ""))
-        if how.startswith("zb"):
-            for base in ("1f1b", "zb-h1", "zb-v"):
-                try:
-                    made[f"baseline_{base}_units"] = baselines.build(spec, base, N).makespan(spec)
-                except Exception as e:  # noqa: BLE001 - a baseline that does not apply to this placement
-                    made[f"baseline_{base}_units"] = f"n/a ({str(e)[:60]})"
-        print(key, json.dumps(made))
-        info["plans"][key] = made
+        todo.append((key, prof[key], prof.get("gpu", ""), link_s, effort))
+    with concurrent.futures.ProcessPoolExecutor(max(1, jobs), mp_context=multiprocessing.get_context("fork")) as pool:
+        made = list(pool.map(_plan_one, *zip(*todo))) if todo else []
+    info["plans"].update({t[0]: m for t, m in zip(todo, made)})
     runs = {}
     for f in choice_runs:  # later files win: the newest run of each model's choice
         runs.update({k: v for k, v in json.loads(f.read_text()).items() if k in CHOICES and "block_seconds" in v})
@@ -619,6 +635,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, help="run: seconds after which no further row starts")
     ap.add_argument("--effort", type=float, default=60.0, help="plans: `tessel search --effort` of every searched "
                     "plan (0: the search alone)")
+    ap.add_argument("--jobs", type=int, default=1, help="plans: rows searched side by side")
     ap.add_argument("--no-transfers", action="store_true", help="plans: search as if transfers were free (no link)")
     ap.add_argument("--devices", type=int, default=4, help="pipeline ranks (GPUs); the published tables use 4")
     args = ap.parse_args()
@@ -639,7 +656,8 @@ def main() -> None:
         profile(args.out, only)
     if args.step in ("plans", "all"):
         costs = args.costs or Path(args.out) / "gpu_zb_profile.json"
-        plans(costs, [Path(f) for f in args.choice_runs.split(",") if f], args.effort, not args.no_transfers)
+        plans(costs, [Path(f) for f in args.choice_runs.split(",") if f], args.effort, not args.no_transfers,
+              args.jobs)
     if args.step in ("run", "all"):
         run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag,
             tuple(args.torch.split(",")) if args.torch else None, set(args.keys.split(",")) if args.keys else None,
