@@ -156,7 +156,9 @@ def test_a_spread_embedding_builds_its_rows_weight_gradient():
 
 
 def test_the_link_model_reaches_the_candidates():
-    """mshape-H's H block is longer on slower links; the chain, which spreads nothing, is not."""
+    """mshape-H's H block is longer on slower links; the chain, which spreads nothing, is not, but
+    its stage-boundary transfer becomes the spec's link: 1 ms + 1 MB at 100 MB/s = 11 ms (on the
+    fast links 1 us, under the time resolution: no link)."""
     from tessel_dsl.placement.candidates import candidates
     from tessel_dsl.placement.costs import Links, Profile, Unit
 
@@ -169,7 +171,8 @@ def test_the_link_model_reaches_the_candidates():
         return {c.name: c.text for c in candidates(prof, 2, 10**12, 4, links=links)}
 
     fast, slow = texts(Links(1e12, 0.0)), texts(Links(1e8, 1e-3))
-    assert fast["chain"] == slow["chain"]
+    assert "link" not in fast["chain"]
+    assert slow["chain"].replace("link latency 11ms\n", "") == fast["chain"]
     line = [x for x in slow["mshape-H"].splitlines() if x.startswith("forward H ")]
     assert line and line[0] not in fast["mshape-H"]
 
