@@ -54,6 +54,10 @@ def plan(
                                                     "byte but the search's seconds, on a busy machine or an idle "
                                                     "one; a memory-bound search can then take minutes. With it "
                                                     "the plan may differ from run to run."),
+    effort: float = typer.Option(0.0, "--effort", min=0.0, metavar="E",
+                                 help="Each candidate's search re-solves its whole schedule on E more units of "
+                                      "deterministic solver budget (`tessel search --effort`; about E seconds of "
+                                      "CPU per candidate). Default 0: the searches alone."),
     device: Optional[str] = typer.Option(None, "--device", metavar="cpu|cuda|cuda:N",
                                          help="Where to profile (default: the GPU when there is one)."),
     repeats: int = typer.Option(5, "--repeats", min=1, metavar="R", help="Timed runs per unit; the median is kept."),
@@ -109,7 +113,7 @@ def plan(
     res = plan_model(net, batch, devices=devices, memory=memory, reserve=reserve, microbatches=microbatches,
                      time_limit=time_limit, output=output or Path("plan.json"), device=device, repeats=repeats,
                      profile=saved, progress=say, link_bandwidth=link_bandwidth, link_latency=link_latency,
-                     spread_overhead=spread_overhead, from_run=report)
+                     spread_overhead=spread_overhead, from_run=report, effort=effort)
     files = {k: str(v) for k, v in res.files.items()}
     if as_json:
         rows = [{"candidate": r.candidate, "schedule": r.schedule, "ms": r.ms, "gb_per_device": list(r.gb),

@@ -48,7 +48,7 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
                baselines: bool = True, profile: Profile | None = None, progress=None,
                time_limit: float | None = None, link_bandwidth: str | float | None = None,
                link_latency: float | None = None, spread_overhead: float | None = None,
-               dense_embedding_grad: bool = False, from_run: dict | None = None) -> PlanResult:
+               dense_embedding_grad: bool = False, from_run: dict | None = None, effort: float = 0.0) -> PlanResult:
     """Profile `model` on `example_batch` (one micro-batch of what its forward takes), generate the
     candidate placements over `devices` devices with `memory` each (less `reserve`: CUDA context,
     buffers), search each against the baselines and return the shortest plan that fits.
@@ -71,7 +71,8 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     `from_run` is a run report of a plan `tessel plan` wrote (`tessel run --json`, a `Pipeline`
     run's summary): the candidate that ran is costed with its measured block times and searched
     again on them, and, when it spreads blocks and no `spread_overhead` is given, the spread
-    overhead it measured is used for every candidate (`placement.from_run`).
+    overhead it measured is used for every candidate (`placement.from_run`). `effort` is every
+    candidate search's `tessel search --effort` (the whole schedule re-solved from the one found).
     """
     from tessel_dsl.placement.candidates import candidates
     from tessel_dsl.placement.choose import choose
@@ -106,7 +107,7 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     if budget is not None and time_limit is not None:
         raise TesselError("give time_limit or its former name budget, not both")
     outcome = choose(cands, n, budget=time_limit if time_limit is not None else budget, baselines=baselines,
-                     progress=progress)
+                     progress=progress, effort=effort)
     if outcome.best is None:
         least = min((r for r in outcome.rows if r.gb), key=lambda r: r.peak_gb, default=None)
         need = f"; the least any needs is {least.peak_gb:.3g} GB ({least.schedule} on {least.candidate})" if least else ""

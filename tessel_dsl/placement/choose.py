@@ -59,10 +59,11 @@ def _row(cand: Candidate, spec, sched: Schedule, label: str, seconds: float = 0.
 
 
 def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = None,
-           baselines: bool = True, progress=None) -> Outcome:
+           baselines: bool = True, progress=None, effort: float = 0.0) -> Outcome:
     """Search every candidate. `budget` is a wall-clock limit, seconds for all the searches
     together, shared evenly (`plan_model`'s `time_limit`); without one each search runs to its
-    end under its solves' deterministic budgets, and the result depends on the candidates alone."""
+    end under its solves' deterministic budgets, and the result depends on the candidates alone.
+    `effort` is each search's `tessel search --effort` (its whole schedule re-solved)."""
     from tessel_dsl.lang.parser import parse
     from tessel_dsl.search.baselines import BASELINES
     from tessel_dsl.search.baselines.compare import baseline_row
@@ -90,7 +91,7 @@ def choose(cands: list[Candidate], microbatches: int, *, budget: float | None = 
             continue
         t0 = time.perf_counter()
         try:
-            result = search(spec, microbatches=microbatches, time_limit=per)
+            result = search(spec, microbatches=microbatches, time_limit=per, effort=effort)
         except TesselError as e:
             rows.append(Choice(cand.name, "tessel", reason=str(e).splitlines()[0]))
         else:

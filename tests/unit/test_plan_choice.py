@@ -57,3 +57,21 @@ def test_with_little_room_the_shortest_that_fits_wins():
     assert not v.fits and "weights" in v.reason and res.best.candidate != "v-split"
     roomy = plan_model(None, None, devices=2, memory="80GB", microbatches=4, profile=chain(2, 6 * GB))
     assert roomy.best.ms < res.best.ms  # the room cost time: the choice was bound by memory
+
+
+def test_effort_reaches_every_candidate_search_and_never_lengthens_the_choice(monkeypatch):
+    from tessel_dsl.search import driver
+
+    plain = plan_model(None, None, devices=2, memory="80GB", microbatches=4, profile=chain(2))
+    seen = []
+    real = driver.search
+
+    def spy(spec, **kw):
+        seen.append(kw.get("effort"))
+        return real(spec, **kw)
+
+    monkeypatch.setattr(driver, "search", spy)
+    more = plan_model(None, None, devices=2, memory="80GB", microbatches=4, profile=chain(2), effort=0.5)
+    searched = [r for r in more.outcome.rows if r.schedule == "tessel"]
+    assert len(seen) == len(searched) >= 3 and set(seen) == {0.5}
+    assert more.best.ms <= plain.best.ms
