@@ -9,6 +9,12 @@ solvers, the GPU machine has torch alone):
   here:  python bench/gpu_zb.py plans --costs FILE       search on them -> bench/plans/gpu_zb/
   there: PYTHONPATH=. python bench/gpu_zb.py run         the tables -> $OUT/gpu_zb.{md,json}
 
+The profile step also times one activation's transfer between two GPUs (`profile_link`); the
+plans step searches with that transfer as the spec's `link` (the search keeps it as a lag between
+a block and its consumer on another GPU) and with `--effort` (default 60, `tessel search
+--effort`; `tessel plan --effort` for the choice rows), `--jobs` rows side by side; where OR-Tools
+is installed on the GPU machine (wheels carried with the call) every step can run there.
+
 bench/plans/ is ignored: the plans are made here and carried to the GPU machine with the call.
 ``python bench/gpu_zb.py --make-plans`` (prepare, then plans on the committed profile
 ``COSTS``) makes every plan of the last published run again, the same every time.
@@ -211,7 +217,7 @@ def plans(costs: Path, choice_runs: list[Path] = (), effort: float = 0.0, transf
     info["choice_runs"] = [str(f) for f in choice_runs]
     for key in CHOICES:
         if key in prof:
-            info["plans"][key] = choose_plan(key, prof[key], prof.get("gpu", ""), runs.get(key))
+            info["plans"][key] = choose_plan(key, prof[key], prof.get("gpu", ""), runs.get(key), effort)
     write_json_atomic(OUT_DIR / "searched.json", info)
 
 
@@ -226,7 +232,7 @@ def _children_cpu() -> float:
     return new
 
 
-def choose_plan(key: str, entry: dict, gpu: str, run: dict | None = None) -> dict:
+def choose_plan(key: str, entry: dict, gpu: str, run: dict | None = None, effort: float = 0.0) -> dict:
     """`tessel plan --profile` on the units' profile measured on the GPU: the plan, its spec, its
     binding beside `plan_file(key)`, and the candidates' table. `run`: an earlier run's report of
     the plan `tessel plan` chose for this model, given to it as `--from-run` (that candidate
@@ -240,7 +246,7 @@ def choose_plan(key: str, entry: dict, gpu: str, run: dict | None = None) -> dic
     write_json_atomic(prof, entry["units_profile"])
     cmd = [sys.executable, "-m", "tessel_dsl.cli", "plan", "--profile", str(prof), "--devices", str(D),
            "--memory", f"{entry['memory_bytes']}B", "--reserve", RESERVE, "--microbatches", str(N),
-           "-o", str(plan_file(key)), "--json"]
+           "--effort", str(effort), "-o", str(plan_file(key)), "--json"]
     if run is not None:
         report = plan_file(key).with_suffix(".run.json")
         write_json_atomic(report, run)
