@@ -43,4 +43,4 @@ def edge_lags(spec: Spec) -> dict[tuple[str, str], int]:
 
 def lag(spec: Spec, src: str, dst: str) -> int:
     """The lag of edge src -> dst (0 when it has none)."""
-    return edge_lags(spec).get((src, dst), 0) if spec.link.latency or spec.link.bandwidth else 0
+    return edge_lags(spec).get((src, dst), 0)

@@ -159,11 +159,12 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
     # 149 against 142).
     # A polish keeps the current schedule feasible, so the solver starts from it (the cap would
     # make the hint infeasible: chain V, D=4, N=16, lag 3: 1730 kept against 1684 found from it).
+    capped = whole and not polishing
     problem = Problem(tasks, tuple(prec), spec.devices, capacity=spec.capacities, horizon=span,
-                      makespan_below=span if whole and not polishing else None, hints=tuple(s.start for s in slots))
+                      makespan_below=span if capped else None, hints=tuple(s.start for s in slots))
     if span <= makespan_lower_bound(problem):
         return schedule, False  # already as short as this problem allows: nothing to re-solve
-    sol = _solve_whole(problem, solver, time_limit, effort) if whole and not polishing else \
+    sol = _solve_whole(problem, solver, time_limit, effort) if capped else \
         solve(problem, Objective.MAKESPAN, time_limit, solver=solver, effort=effort)
     if sol.status == "infeasible":
         if whole and proofs is not None:
