@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# The chain of bench/gpu_zb.py with the old link settings and with receives posted when due, on one
-# machine in one go: PyTorch's Schedule1F1B and ScheduleZBVZeroBubble, then the three Tessel chain
-# plans under each setting. Results: $OUT/gpu_zb_post_*.md and $OUT/gpu_zb_post.tgz (every JSON).
-# Usage (repository root, 4 GPUs): PYTHONPATH=. bash bench/gpu_zb_post.sh [seconds]
+# The chain of bench/gpu_zb.py under several link settings, on one machine in one go: PyTorch's
+# Schedule1F1B and ScheduleZBVZeroBubble first, then the Tessel chain plans under each setting, then
+# Schedule1F1B again (how far the machine drifted over the call). Results: $OUT/gpu_zb_post_*.md and
+# $OUT/gpu_zb_post.tgz (every JSON).
+# Usage (repository root, 4 GPUs): PYTHONPATH=. bash bench/gpu_zb_post.sh SECONDS [TAG:POST:CTAS ...]
+#   TAG names the setting, POST is TESSEL_RECV_POST (due, lead, ahead), CTAS is TESSEL_P2P_MAX_CTAS
+#   (0: NCCL's choice). Default settings: due0:due:0 lead0:lead:0.
+# KEYS (environment) picks the Tessel rows (default chain_zb,chain_zbv).
 set -u
 R=$(mktemp -d)
+LIMIT=${1:-100000}; shift || true
+SETTINGS=${*:-due0:due:0 lead0:lead:0}
+KEYS=${KEYS:-chain_zb,chain_zbv}
 run() {  # tag, environment..., -- gpu_zb.py run options...
   local tag=$1; shift
   local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
@@ -12,14 +19,15 @@ run() {  # tag, environment..., -- gpu_zb.py run options...
   env "${envs[@]}" python3 bench/gpu_zb.py run --only chain --out "$R" --tag "_post_$tag" "$@"
 }
 all() {
-  run old TESSEL_RECV_POST=ahead TESSEL_P2P_MAX_CTAS=1 -- --torch 1f1b,zbv
-  run due0 TESSEL_RECV_POST=due TESSEL_P2P_MAX_CTAS=0 -- --no-torch
-  run due4 TESSEL_RECV_POST=due TESSEL_P2P_MAX_CTAS=4 -- --no-torch
-  run due8 TESSEL_RECV_POST=due TESSEL_P2P_MAX_CTAS=8 -- --no-torch --keys chain_1f1b,chain_zb
-  run ahead0 TESSEL_RECV_POST=ahead TESSEL_P2P_MAX_CTAS=0 -- --no-torch --keys chain_1f1b
+  run torch TESSEL_RECV_POST=due -- --torch 1f1b,zbv --keys none
+  for s in $SETTINGS; do
+    IFS=: read -r tag post ctas <<< "$s"
+    run "$tag" TESSEL_RECV_POST="$post" TESSEL_P2P_MAX_CTAS="$ctas" -- --no-torch --keys "$KEYS"
+  done
+  run torch_end TESSEL_RECV_POST=due -- --torch 1f1b --keys none
 }
 export -f run all
-export R
-timeout "${1:-100000}" bash -c all
+export R SETTINGS KEYS
+timeout "$LIMIT" bash -c all
 cp "$R"/*.md "${OUT:-.}"/ 2>/dev/null
 tar czf "${OUT:-.}/gpu_zb_post.tgz" -C "$R" .
