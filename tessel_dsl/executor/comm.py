@@ -25,6 +25,14 @@ When a receive is posted is ``TESSEL_RECV_POST``'s choice:
 * ``ahead``: posted at the ``RECV``, on the communication stream, at once: its kernel spins on
   its SMs from then on, alongside the compute it is meant to overlap with.
 
+Each link (peer and direction) has its own communication stream (``TESSEL_COMM_STREAMS=link``, the
+default). NCCL's point-to-point kernel of a send waits, on its SMs, until the peer posts the
+matching receive; on one shared stream everything queued behind it waits too, so a send to a
+peer that receives late (or a ``lead`` receive behind it) holds up a send to another peer that is
+ready now, and that peer waits beyond the transfer. The links are separate communicators
+(groups.py), so their kernels may run side by side. ``one`` keeps a single stream for every link
+(the earlier behaviour, kept to measure against).
+
 Tags make gloo match messages by identity rather than arrival order; NCCL ignores them and relies
 on both sides posting in the same order, which the lowering guarantees.
 """
@@ -40,6 +48,7 @@ import torch.distributed as dist
 from tessel_dsl.executor.model_api import TensorMeta
 
 RECV_POST = ("due", "lead", "ahead")
+COMM_STREAMS = ("link", "one")
 
 
 def recv_post_mode() -> str:
@@ -47,6 +56,14 @@ def recv_post_mode() -> str:
     mode = os.environ.get("TESSEL_RECV_POST", "") or RECV_POST[0]
     if mode not in RECV_POST:
         raise ValueError(f"TESSEL_RECV_POST must be one of {', '.join(RECV_POST)}, not {mode!r}")
+    return mode
+
+
+def comm_streams_mode() -> str:
+    """``TESSEL_COMM_STREAMS``: a stream per link or one for all (module docstring); ``link`` by default."""
+    mode = os.environ.get("TESSEL_COMM_STREAMS", "") or COMM_STREAMS[0]
+    if mode not in COMM_STREAMS:
+        raise ValueError(f"TESSEL_COMM_STREAMS must be one of {', '.join(COMM_STREAMS)}, not {mode!r}")
     return mode
 
 
@@ -78,11 +95,22 @@ class MessageManager:
     post: str = field(default_factory=recv_post_mode)
     # Receives noted but not posted yet ("due" mode), per sending peer, in the plan's order.
     noted: dict[int, list[tuple[str, int, tuple[TensorMeta, ...]]]] = field(default_factory=dict)
+    streams_mode: str = field(default_factory=comm_streams_mode)
 
     def __post_init__(self) -> None:
-        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if self.post not in RECV_POST:
             raise ValueError(f"receive posting must be one of {', '.join(RECV_POST)}, not {self.post!r}")
+        self.cuda = self.device.type == "cuda"
+        self._streams: dict[tuple[str, int], torch.cuda.Stream] = {}
+
+    def stream(self, direction: str, peer: int):
+        """The communication stream of the link to (``send``) or from (``recv``) `peer`; None on the CPU."""
+        if not self.cuda:
+            return None
+        key = (direction, peer) if self.streams_mode == "link" else ("", 0)
+        if key not in self._streams:
+            self._streams[key] = torch.cuda.Stream(self.device)
+        return self._streams[key]
 
     def _global(self, device: int) -> int:
         return self.ranks[device] if self.ranks is not None else device
@@ -94,14 +122,15 @@ class MessageManager:
     def post_send(self, block: str, mb: int, tensors: tuple[torch.Tensor, ...], peers: tuple[int, ...]) -> None:
         """Start sending `tensors` to every peer; returns at once."""
         tensors = tuple(t.detach().contiguous() for t in tensors)
-        if self.stream is not None:
-            # The tensors are produced on the compute stream: make the comm stream wait for them,
-            # and tell the allocator they are in use there until the send completes.
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
-            for t in tensors:
-                t.record_stream(self.stream)
-        with _on(self.stream):
-            for p in peers:
+        for p in peers:
+            stream = self.stream("send", p)
+            if stream is not None:
+                # The tensors are produced on the compute stream: make the link's stream wait for
+                # them, and tell the allocator they are in use there until the send completes.
+                stream.wait_stream(torch.cuda.current_stream(self.device))
+                for t in tensors:
+                    t.record_stream(stream)
+            with _on(stream):
                 group = self.links.get((self.rank, p))
                 works = [dist.isend(t, self._global(p), group=group, tag=self._tag(block, mb, i)) for i, t in enumerate(tensors)]
                 self.sends.append(_Pending(works, tensors, p))
@@ -112,20 +141,25 @@ class MessageManager:
         if self.post != "ahead":
             self.noted.setdefault(peer, []).append((block, mb, metas))
         else:
-            self._start_recv(block, mb, metas, peer, self.stream)
+            self._start_recv(block, mb, metas, peer, self.stream("recv", peer))
 
     def _start_recv(self, block: str, mb: int, metas: tuple[TensorMeta, ...], peer: int, stream) -> None:
+        """Post the receive on `stream` (a link's stream), or on the compute stream if None."""
         with _on(stream):
             bufs = tuple(torch.empty(m.shape, dtype=m.dtype, device=self.device) for m in metas)
             group = self.links.get((peer, self.rank))
             works = [dist.irecv(b, self._global(peer), group=group, tag=self._tag(block, mb, i)) for i, b in enumerate(bufs)]
         self.recvs[(block, mb)] = _Pending(works, bufs, peer, on_compute=stream is None)
 
-    def _start_noted(self, block: str, mb: int, stream=None) -> None:
-        """Start the noted receive of (block, mb) and every one noted before it on its link."""
+    def _start_noted(self, block: str, mb: int, on_link: bool = False) -> None:
+        """Start the noted receive of (block, mb) and every one noted before it on its link, on
+        the link's stream behind the compute queued so far (`on_link`) or on the compute stream."""
         for peer, queue in self.noted.items():
             at = next((i for i, (b, m, _) in enumerate(queue) if (b, m) == (block, mb)), None)
             if at is not None:
+                stream = self.stream("recv", peer) if on_link else None
+                if stream is not None:
+                    stream.wait_stream(torch.cuda.current_stream(self.device))
                 for b, m, metas in queue[:at + 1]:
                     self._start_recv(b, m, metas, peer, stream)
                 del queue[:at + 1]
@@ -136,9 +170,7 @@ class MessageManager:
         behind the compute queued so far (its kernel starts when that compute ends)."""
         if (block, mb) in self.recvs:
             return
-        if self.stream is not None:
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        self._start_noted(block, mb, self.stream)
+        self._start_noted(block, mb, on_link=True)
 
     def wait_recv(self, block: str, mb: int) -> tuple[torch.Tensor, ...]:
         """Make the compute side wait until (block, mb) has arrived and return its tensors."""
@@ -148,7 +180,7 @@ class MessageManager:
         if pending is None:
             raise KeyError(f"{block}:{mb} was never posted for receiving")
         self._wait(pending)
-        if self.stream is not None and not pending.on_compute:
+        if self.cuda and not pending.on_compute:
             cur = torch.cuda.current_stream(self.device)
             for t in pending.tensors:
                 t.record_stream(cur)
@@ -172,7 +204,7 @@ class MessageManager:
     def _wait(self, pending: _Pending) -> None:
         for w in pending.works:
             try:
-                ok = w.wait(datetime.timedelta(seconds=self.timeout)) if self.stream is None else w.wait()
+                ok = w.wait(datetime.timedelta(seconds=self.timeout)) if not self.cuda else w.wait()
             except RuntimeError as e:
                 raise CommTimeout(f"transfer with rank {pending.peer} failed: {_short(e)}") from None
             if ok is False:

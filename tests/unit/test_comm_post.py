@@ -85,3 +85,22 @@ def test_lead_starts_a_receive_at_the_compute_before_the_one_that_needs_it():
     early = early_receives(acts)
     at = {str(acts[i]): keys for i, keys in early.items()}
     assert at == {"B1:0": [("F0", 1)]}
+
+
+def test_each_link_and_direction_gets_its_own_stream(monkeypatch):
+    # A send kernel that waits for a late peer must not hold up another link's transfers: with
+    # one stream per (direction, peer) it doesn't; "one" is the single shared stream of before.
+    monkeypatch.setattr(comm.torch.cuda, "Stream", lambda device: object())
+    m = comm.MessageManager(torch.device("cuda"), 5.0, {"A": 0}, rank=1, streams_mode="link")
+    streams = {key: m.stream(*key) for key in [("send", 0), ("send", 2), ("recv", 0), ("recv", 2)]}
+    assert len({id(s) for s in streams.values()}) == 4
+    assert m.stream("send", 0) is streams[("send", 0)]  # made once, reused
+    one = comm.MessageManager(torch.device("cuda"), 5.0, {"A": 0}, rank=1, streams_mode="one")
+    assert one.stream("send", 0) is one.stream("recv", 2)
+    assert _manager("due").stream("send", 0) is None  # the CPU has no streams
+
+
+def test_an_unknown_stream_mode_is_refused(monkeypatch):
+    monkeypatch.setenv("TESSEL_COMM_STREAMS", "many")
+    with pytest.raises(ValueError, match="TESSEL_COMM_STREAMS"):
+        comm.comm_streams_mode()
