@@ -62,6 +62,21 @@ def _kind(plan, text: str) -> str:
         plan.spec.block(a.block).kind.name, a.block)
 
 
+def _op_counter():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    return Counter()
+
+
 def _rank(plan, margs: dict, steps: int, warmup: int, profile: bool) -> dict:
     import torch
     import torch.distributed as dist
@@ -134,6 +149,23 @@ def _rank(plan, margs: dict, steps: int, warmup: int, profile: bool) -> dict:
                 got[name]["outside"].append(w - inner[0])
                 for text, s, e in marks:
                     got[name]["actions"].setdefault(_kind(plan, text), []).append(e - s)
+    # Two more steps each, counted on rank 0: the operators a step dispatches (on a GPU, about
+    # one kernel launch each), then the Python calls it makes; no load on the machine changes them.
+    for name, fn in runs.items():
+        for what in ("ops", "calls"):
+            zero()
+            dist.barrier()
+            if rank != 0:
+                fn()
+            elif what == "ops":
+                counter = _op_counter()
+                with counter:
+                    fn()
+                got[name]["ops"] = counter.count
+            else:
+                calls = cProfile.Profile()
+                calls.runcall(fn)
+                got[name]["calls"] = sum(v[1] for v in pstats.Stats(calls).stats.values())
     if profile and rank == 0:
         for name, p in prof.items():
             s = io.StringIO()
@@ -159,6 +191,7 @@ def measure(devices: int, chunks: int, n: int, steps: int, warmup: int, profile:
                      "outside_ms": statistics.median(o for g in got for o in g[name]["outside"]) * 1e3,
                      "action_ms": {k: statistics.median(d for g in got for d in g[name]["actions"].get(k, []))
                                    * 1e3 for k in kinds},
+                     "ops": got[0][name]["ops"], "calls": got[0][name]["calls"],
                      "loss": got[0][name]["loss"] if got[0][name]["loss"] is not None else got[-1][name]["loss"],
                      "profile": got[0][name].get("profile")}
     return out
@@ -181,8 +214,9 @@ def main() -> None:
           f"medians of {args.steps} steps after {args.warmup}")
     print()
     print("| ranks | compute actions per rank | runner | step wall ms | CPU ms, all ranks | outside the "
-          "runner's step, ms | median host ms per action: F / I / W / SEND / RECV / WAIT | mean loss |")
-    print("|---|---|---|---|---|---|---|---|")
+          "runner's step, ms | median host ms per action: F / I / W / SEND / RECV / WAIT | rank 0: operators / "
+          "Python calls per step | mean loss |")
+    print("|---|---|---|---|---|---|---|---|---|")
     profiles = []
     for d in args.devices:
         r = measure(d, args.chunks, args.microbatches, args.steps, args.warmup, args.profile, margs)
@@ -190,7 +224,7 @@ def main() -> None:
             e = r[name]
             acts = " / ".join(f"{e['action_ms'].get(k, float('nan')):.3f}" for k in ("F", "I", "W", "SEND", "RECV", "WAIT"))
             print(f"| {d} | {'/'.join(map(str, r['computes']))} | {name} | {e['wall_ms']:.1f} | {e['cpu_ms']:.1f} | "
-                  f"{e['outside_ms']:.2f} | {acts} | {e['loss']:.6f} |", flush=True)
+                  f"{e['outside_ms']:.2f} | {acts} | {e['ops']} / {e['calls']} | {e['loss']:.6f} |", flush=True)
             if args.profile:
                 profiles.append((d, name, e["profile"]))
     for d, name, text in profiles:

@@ -309,14 +309,13 @@ class _BlockRun:
     def call(self, fqn, original, args, kwargs):
         there = self.b.owner[fqn]
         if there == self.block:
-            leaves, spec = pytree.tree_flatten((args, kwargs))
             if not self.entered:
                 self.entered = True
+                leaves = pytree.tree_leaves((args, kwargs))
                 for i, t in self.inputs.items():
                     self.swap[id(leaves[i])] = (leaves[i], t)
-            if self.swap and any(id(x) in self.swap for x in leaves):
-                leaves = [self.swap[id(x)][1] if id(x) in self.swap else x for x in leaves]
-                args, kwargs = pytree.tree_unflatten(leaves, spec)
+            if self.swap:
+                args, kwargs = self._swapped(args, kwargs)
             return original(*args, **kwargs)
         if there in self.b.succs[self.block] and there not in self.reached:
             self.reached.add(there)
@@ -325,6 +324,32 @@ class _BlockRun:
             if self.reached == set(self.b.succs[self.block]):
                 raise _Stop(tuple(self.captured[k] for k in self.trace.sends[self.block]))
         return _stand_in(self.trace, fqn, self.b.device)
+
+
+    def _swapped(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """`args` and `kwargs` with every swapped object replaced by its received tensor. Where
+        each is a tensor or a scalar (a layer called on the hidden states), they are looked at
+        directly; anything else is flattened as a tree."""
+        swap = self.swap
+        if all(_flat(x) for x in args) and all(_flat(v) for v in kwargs.values()):
+            if any(id(x) in swap for x in args):
+                args = tuple(swap[id(x)][1] if id(x) in swap else x for x in args)
+            if any(id(v) in swap for v in kwargs.values()):
+                kwargs = {k: swap[id(v)][1] if id(v) in swap else v for k, v in kwargs.items()}
+            return args, kwargs
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if any(id(x) in swap for x in leaves):
+            leaves = [swap[id(x)][1] if id(x) in swap else x for x in leaves]
+            args, kwargs = pytree.tree_unflatten(leaves, spec)
+        return args, kwargs
+
+
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def _flat(x) -> bool:
+    """Whether `x` is a leaf of every tree it can be in (a tensor or a plain scalar)."""
+    return isinstance(x, torch.Tensor) or type(x) in _SCALARS
 
 
 def _depends_on(t, by_param: dict[int, str | None]) -> set[str]:
@@ -361,6 +386,8 @@ def _stand_in(trace: Trace, fqn: str, device: torch.device):
         vals = [torch.zeros((), dtype=m.dtype, device=device).expand(m.shape) if m is not None else o
                 for m, o in zip(leaves.metas, leaves.others)]
         trace.stand_ins[fqn] = vals
+    if leaves.spec.is_leaf():  # one tensor: no container to build
+        return vals[0]
     return pytree.tree_unflatten(list(vals), leaves.spec)
 
 
