@@ -8,10 +8,14 @@ the two so that the machine's load falls on both alike:
   executor row of bench/gpu_zb.py, runs each iteration);
 * Pipeline: ``Pipeline.step(x, y)`` on the whole batch, the model bound block by block.
 
-Per step, every rank's wall and CPU seconds (the slowest rank's wall, the summed CPU); the
-difference per action is what `Pipeline` costs the host beyond the runner. ``--profile`` adds
-cProfile's tables of rank 0's measured `Pipeline` steps (and the runner's), by own time and by
-cumulative time (the project's functions).
+Per step: the slowest rank's wall and the ranks' summed CPU seconds; `Pipeline`'s time before
+the runner's step (the batch split, its layout agreed over the ranks) and after it (the loss and
+the batch's contents agreed: collectives, so it includes waiting for the slowest rank); each
+action's host time by kind (on the CPU a compute action's time is its compute too); and, on
+rank 0, the operators a step dispatches (on a GPU about one kernel launch each) and the Python
+calls it makes: these two counts are the same on an idle or a busy machine, the times are not.
+``--profile`` adds cProfile's tables of rank 0's measured `Pipeline` steps (and the runner's), by
+own time and by cumulative time (the project's functions).
 
     PYTHONPATH=. python bench/pipeline_host.py --devices 2 4 --steps 20 [--profile]
 """
@@ -101,15 +105,15 @@ def _rank(plan, margs: dict, steps: int, warmup: int, profile: bool) -> dict:
     stage = load_factory("tessel_dsl.executor.models.gpt:factory")(ctx, **margs)
     runner = RankRunner(plan, stage, rank, device, 100.0, None, make_links(plan.programs, "gloo"))
     prof = {"executor": cProfile.Profile(), "Pipeline": cProfile.Profile()}
-    inner = [0.0]  # seconds inside the runner's step, of the last step
+    inner = [0.0, 0.0]  # seconds inside the runner's step and in Pipeline's batch split, last step
 
-    def timed(step):
+    def timed(step, slot=0):
         def run(*a, **k):
             t = time.perf_counter()
             try:
                 return step(*a, **k)
             finally:
-                inner[0] = time.perf_counter() - t
+                inner[slot] = time.perf_counter() - t
         return run
 
     def run_executor():
@@ -119,6 +123,7 @@ def _rank(plan, margs: dict, steps: int, warmup: int, profile: bool) -> dict:
         return loss, step.timings
 
     pipe.runner.step = timed(pipe.runner.step)
+    pipe._prepare = timed(pipe._prepare, 1)
 
     def run_pipeline():
         return pipe.step(x, y), pipe.timings
@@ -130,11 +135,12 @@ def _rank(plan, margs: dict, steps: int, warmup: int, profile: bool) -> dict:
             m.zero_grad(set_to_none=True)
 
     runs = {"executor": run_executor, "Pipeline": run_pipeline}
-    got = {k: {"wall": [], "cpu": [], "outside": [], "actions": {}, "loss": None} for k in runs}
+    got = {k: {"wall": [], "cpu": [], "prepare": [], "after": [], "actions": {}, "loss": None} for k in runs}
     for it in range(warmup + steps):
         for name, fn in runs.items():
             zero()
             dist.barrier()
+            inner[1] = 0.0
             w0, c0 = time.perf_counter(), time.process_time()
             if profile and it >= warmup and rank == 0:
                 loss, marks = prof[name].runcall(fn)
@@ -146,7 +152,8 @@ def _rank(plan, margs: dict, steps: int, warmup: int, profile: bool) -> dict:
             if it >= warmup:
                 got[name]["wall"].append(w)
                 got[name]["cpu"].append(c)
-                got[name]["outside"].append(w - inner[0])
+                got[name]["prepare"].append(inner[1])
+                got[name]["after"].append(w - inner[0] - inner[1])
                 for text, s, e in marks:
                     got[name]["actions"].setdefault(_kind(plan, text), []).append(e - s)
     # Two more steps each, counted on rank 0: the operators a step dispatches (on a GPU, about
@@ -188,7 +195,8 @@ def measure(devices: int, chunks: int, n: int, steps: int, warmup: int, profile:
         cpus = [sum(c) for c in zip(*(g[name]["cpu"] for g in got))]
         kinds = sorted({k for g in got for k in g[name]["actions"]})
         out[name] = {"wall_ms": statistics.median(walls) * 1e3, "cpu_ms": statistics.median(cpus) * 1e3,
-                     "outside_ms": statistics.median(o for g in got for o in g[name]["outside"]) * 1e3,
+                     "prepare_ms": statistics.median(o for g in got for o in g[name]["prepare"]) * 1e3,
+                     "after_ms": statistics.median(o for g in got for o in g[name]["after"]) * 1e3,
                      "action_ms": {k: statistics.median(d for g in got for d in g[name]["actions"].get(k, []))
                                    * 1e3 for k in kinds},
                      "ops": got[0][name]["ops"], "calls": got[0][name]["calls"],
@@ -213,8 +221,8 @@ def main() -> None:
           f"{'ZB-V' if args.chunks == 2 else 'ZB-H1'} plan, gloo on the CPU, one thread per rank; "
           f"medians of {args.steps} steps after {args.warmup}")
     print()
-    print("| ranks | compute actions per rank | runner | step wall ms | CPU ms, all ranks | outside the "
-          "runner's step, ms | median host ms per action: F / I / W / SEND / RECV / WAIT | rank 0: operators / "
+    print("| ranks | compute actions per rank | runner | step wall ms | CPU ms, all ranks | before / after the "
+          "runner's step, ms (rank median) | median host ms per action: F / I / W / SEND / RECV / WAIT | rank 0: operators / "
           "Python calls per step | mean loss |")
     print("|---|---|---|---|---|---|---|---|---|")
     profiles = []
@@ -224,7 +232,7 @@ def main() -> None:
             e = r[name]
             acts = " / ".join(f"{e['action_ms'].get(k, float('nan')):.3f}" for k in ("F", "I", "W", "SEND", "RECV", "WAIT"))
             print(f"| {d} | {'/'.join(map(str, r['computes']))} | {name} | {e['wall_ms']:.1f} | {e['cpu_ms']:.1f} | "
-                  f"{e['outside_ms']:.2f} | {acts} | {e['ops']} / {e['calls']} | {e['loss']:.6f} |", flush=True)
+                  f"{e['prepare_ms']:.2f} / {e['after_ms']:.2f} | {acts} | {e['ops']} / {e['calls']} | {e['loss']:.6f} |", flush=True)
             if args.profile:
                 profiles.append((d, name, e["profile"]))
     for d, name, text in profiles:
