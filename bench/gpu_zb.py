@@ -37,8 +37,11 @@ the 1F1B baseline plan of the same chain with an unsplit backward, run by this e
 For gpt32k and gpt512k also `tessel plan`'s own choice: the profile step profiles the GPT unit by
 unit with `tessel plan`'s profiler, the plans step runs ``tessel plan --profile`` on that (D=4,
 the card's memory), and the run step trains the chosen plan with `Pipeline` (its binding and
-DTensor plans) in the same table. ``run --trace`` records one warm-up iteration of every row with
-torch.profiler (bench/gpu_trace.py) and adds what each trace shows.
+DTensor plans) in the same table. To tell a plan's cost from its runner's, ``gpt32k_zbv_pipeline``
+runs the hand V plan (``gpt32k_zbv``) by `Pipeline` too, the GPT bound as the executor's factory
+splits it, and ``gpt32k_choice_executor`` (only when named in ``--keys``) runs the choice by this
+executor, where the choice binds the GPT that way. ``run --trace`` records one warm-up iteration
+of every row with torch.profiler (bench/gpu_trace.py) and adds what each trace shows.
 """
 from __future__ import annotations
 
