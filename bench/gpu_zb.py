@@ -37,8 +37,11 @@ the 1F1B baseline plan of the same chain with an unsplit backward, run by this e
 For gpt32k and gpt512k also `tessel plan`'s own choice: the profile step profiles the GPT unit by
 unit with `tessel plan`'s profiler, the plans step runs ``tessel plan --profile`` on that (D=4,
 the card's memory), and the run step trains the chosen plan with `Pipeline` (its binding and
-DTensor plans) in the same table. ``run --trace`` records one warm-up iteration of every row with
-torch.profiler (bench/gpu_trace.py) and adds what each trace shows.
+DTensor plans) in the same table. To tell a plan's cost from its runner's, ``gpt32k_zbv_pipeline``
+runs the hand V plan (``gpt32k_zbv``) by `Pipeline` too, the GPT bound as the executor's factory
+splits it, and ``gpt32k_choice_executor`` (only when named in ``--keys``) runs the choice by this
+executor, where the choice binds the GPT that way. ``run --trace`` records one warm-up iteration
+of every row with torch.profiler (bench/gpu_trace.py) and adds what each trace shows.
 """
 from __future__ import annotations
 
@@ -82,6 +85,12 @@ NAMES = {"chain_zb": ("chain", "zerobubble", "tessel"), "chain_zbv": ("chain", "
 # unit on the GPU (tessel_dsl/placement/profile.py), the choice made here from that profile
 # (`tessel plan --profile`), the plan run by `Pipeline` with the binding and DTensor plans it wrote.
 CHOICES = {"gpt32k_choice": "gpt32k", "gpt512k_choice": "gpt512k"}
+# The same plan through the other runner, to tell what a row's plan costs from what its runner
+# costs: a hand plan run by `Pipeline` (the GPT bound block by block, `gpt.blocks_by_name`, as the
+# choice rows run), and `tessel plan`'s choice run by this executor with the GPT's own factory
+# (only where the choice binds the GPT as that factory splits it; a row named in --keys alone).
+VIA_PIPELINE = {"gpt32k_zbv_pipeline": "gpt32k_zbv"}
+VIA_EXECUTOR = {"gpt32k_choice_executor": "gpt32k_choice", "gpt512k_choice_executor": "gpt512k_choice"}
 # What `tessel plan` is told each GPU loses before training starts (CUDA context, NCCL buffers).
 RESERVE = "6GB"
 
@@ -94,12 +103,18 @@ def margs(group: str) -> dict:
     return gpu8.gpt_args(D)
 
 
+def base_key(key: str) -> str:
+    """The row whose plan `key` runs (itself, or the plan a VIA_* row runs by the other runner)."""
+    return VIA_PIPELINE.get(key) or VIA_EXECUTOR.get(key) or key
+
+
 def group_of(key: str) -> str:
+    key = base_key(key)
     return CHOICES.get(key) or KEYS[key][0]
 
 
 def plan_file(key: str) -> Path:
-    model, placement, schedule = NAMES[key]
+    model, placement, schedule = NAMES[base_key(key)]
     return plan_path("gpu_zb", model, D, placement, schedule, N)
 
 
@@ -413,9 +428,12 @@ def _loss(logits, labels):
     return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
 
 
-def _choice_rank(plan: str, margs: dict, steps: int, warmup: int, trace: str | None) -> dict:
-    """One rank of a `Pipeline` run of `tessel plan`'s choice: the binding and the DTensor plans
-    it wrote, the plan's N micro-batches per step, gradients zeroed between steps (as every row)."""
+def _pipeline_rank(plan: str, margs: dict, steps: int, warmup: int, trace: str | None,
+                   blocks: dict[str, list[str]] | None = None) -> dict:
+    """One rank of a `Pipeline` run of `plan` on the GPT: `blocks` binds its blocks to the GPT's
+    submodules (by default the binding `tessel plan` wrote beside the plan), with the DTensor plans
+    `tessel plan` gives its multi-device blocks; the plan's N micro-batches per step, gradients
+    zeroed between steps (as every row)."""
     import torch
     import torch.distributed as dist
     from gpu_trace import maybe
@@ -432,7 +450,8 @@ def _choice_rank(plan: str, margs: dict, steps: int, warmup: int, trace: str | N
     if cuda:
         torch.cuda.set_device(device)
     loaded = load_plan(plan)
-    blocks = json.loads(Path(plan).with_name(Path(plan).name.removesuffix(".json") + ".blocks.json").read_text())
+    if blocks is None:
+        blocks = json.loads(blocks_file(Path(plan)).read_text())
     cfg = Config.of(margs)
     model = seeded(Model, cfg, device)
     n = loaded.schedule.microbatches
@@ -464,23 +483,49 @@ def _choice_rank(plan: str, margs: dict, steps: int, warmup: int, trace: str | N
             "walls": walls, "loss": first, "allocated_gib": round(peak, 2)}
 
 
-def choice_row(key: str, steps: int, warmup: int, trace: str | None = None) -> dict:
-    """`tessel plan`'s choice for the group of `key`, run by `Pipeline` on D local ranks; the same
-    summary as the executor's rows (iteration, measured and replayed wait, peak memory)."""
+def blocks_file(plan: Path) -> Path:
+    """The block -> submodule binding `tessel plan` writes beside its plan."""
+    return plan.with_name(plan.name.removesuffix(".json") + ".blocks.json")
+
+
+def pipeline_row(key: str, steps: int, warmup: int, trace: str | None = None) -> dict:
+    """The plan of `key` run by `Pipeline` on D local ranks: `tessel plan`'s choice with the
+    binding it wrote, a hand plan (VIA_PIPELINE) with the GPT bound as the executor's factory
+    splits it; the same summary as the executor's rows (iteration, measured and replayed wait,
+    peak memory)."""
     from tessel_dsl.executor.local_ranks import run_ranks
+    from tessel_dsl.executor.models.gpt import blocks_by_name
     from tessel_dsl.executor.run_report import RankResult, RunReport
     from tessel_dsl.plan import load_plan
 
-    plan = load_plan(plan_file(key))
+    plan, m = load_plan(plan_file(key)), margs(group_of(key))
+    blocks = blocks_by_name(plan.spec, m["layers"]) if key in VIA_PIPELINE else None
     t = time.time()
     with gpu8.PeakMemory() as mem:
-        got = run_ranks(_choice_rank, D, str(plan_file(key)), margs(CHOICES[key]), steps, warmup, trace,
+        got = run_ranks(_pipeline_rank, D, str(plan_file(key)), m, steps, warmup, trace, blocks,
                         timeout=300, threads=1)
     ranks = [RankResult(rank=g["rank"], device=g["device"], steps=g["steps"]) for g in got]
     s = RunReport.from_ranks(plan, ranks, "gloo" if smoke() else "nccl").summary()
     s.update(loss=got[0]["loss"], replicas=1, peak_gib=mem.gib(D), allocated_gib=[g["allocated_gib"] for g in got],
              step_wall_s=[max(w) for w in zip(*(g["walls"] for g in got))], wall_s=round(time.time() - t, 1),
              runner="Pipeline")
+    return s
+
+
+def choice_by_executor(key: str, steps: int, warmup: int, trace: str | None = None) -> dict:
+    """`tessel plan`'s choice (VIA_EXECUTOR) run by this executor with the GPT's own factory,
+    which splits the layers evenly over the stages: refused unless the choice binds the GPT so."""
+    from tessel_dsl.executor.models.gpt import blocks_by_name
+    from tessel_dsl.plan import load_plan
+
+    plan, m = load_plan(plan_file(key)), margs(group_of(key))
+    chosen = json.loads(blocks_file(plan_file(key)).read_text())
+    factory = blocks_by_name(plan.spec, m["layers"])
+    if {b: list(f) for b, f in chosen.items()} != factory:
+        raise RuntimeError(f"{VIA_EXECUTOR[key]} binds {chosen}, the GPT factory would run {factory}: "
+                           f"only `Pipeline` runs this plan")
+    s = gpu8.tessel_row(plan_file(key), MODELS["gpt"], m, 1, trace=trace, steps=steps, warmup=warmup)
+    s["runner"] = "executor"
     return s
 
 
@@ -505,7 +550,8 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
     started = time.time()
     searched = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
     found = searched.get("plans", {})
-    wanted = [k for k in [*KEYS, *CHOICES] if group_of(k) in only and (keys is None or k in keys)]
+    wanted = [k for k in [*KEYS, *VIA_PIPELINE, *CHOICES, *VIA_EXECUTOR]
+              if group_of(k) in only and (keys is None or k in keys) and (k not in VIA_EXECUTOR or keys)]
     need_plans(*(plan_file(k) for k in wanted), how=f"python bench/gpu_zb.py --make-plans (or prepare, profile there, "
                f"plans --costs {COSTS.relative_to(ROOT)})")
     os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
@@ -552,9 +598,15 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
         rows += [(key, f"{ROW_NAMES[how]}, {found.get(key, {}).get('source', '?')}", tessel_fn(key),
                   lambda key=key: actions_per_rank(key))
                  for key, (g, _, how, _) in KEYS.items() if g == group and (keys is None or key in keys)]
+        rows += [(key, f"{ROW_NAMES[KEYS[base][2]]}, {found.get(base, {}).get('source', '?')}, Pipeline",
+                  lambda tr, key=key: pipeline_row(key, trace=tr, **kw), lambda key=key: actions_per_rank(key))
+                 for key, base in VIA_PIPELINE.items() if group_of(key) == group and (keys is None or key in keys)]
         rows += [(key, f"tessel plan's choice: {choice_name(found.get(key, {}))}, Pipeline",
-                  lambda tr, key=key: choice_row(key, trace=tr, **kw), lambda key=key: actions_per_rank(key))
+                  lambda tr, key=key: pipeline_row(key, trace=tr, **kw), lambda key=key: actions_per_rank(key))
                  for key, g in CHOICES.items() if g == group and (keys is None or key in keys)]
+        rows += [(key, f"tessel plan's choice: {choice_name(found.get(base, {}))}, this executor",
+                  lambda tr, key=key: choice_by_executor(key, trace=tr, **kw), lambda key=key: actions_per_rank(key))
+                 for key, base in VIA_EXECUTOR.items() if group_of(key) == group and keys is not None and key in keys]
         table, base, runs = [], None, []
         for key, name, fn, actions in rows:
             s = one(key, fn, actions)
@@ -635,7 +687,8 @@ def main() -> None:
     ap.add_argument("--torch", default="", help="run: comma-separated subset of PyTorch's schedules "
                     f"({','.join(gpu8.TORCH)}; default all)")
     ap.add_argument("--keys", default="", help="run: comma-separated subset of the Tessel rows "
-                    f"({','.join([*KEYS, *CHOICES])}; default all of the groups)")
+                    f"({','.join([*KEYS, *VIA_PIPELINE, *CHOICES, *VIA_EXECUTOR])}; default all of the "
+                    f"groups but {', '.join(VIA_EXECUTOR)}, which run only when named)")
     ap.add_argument("--trace", action="store_true", help="run: record one warm-up iteration of every row with "
                     "torch.profiler (bench/gpu_trace.py)")
     ap.add_argument("--budget", type=float, help="run: seconds after which no further row starts")

@@ -75,6 +75,9 @@ class Trace:
     # for each block, where its outputs go: (consumer block, leaf position in the consumer's
     # entry call), consumers in the spec's order -- the tuple it sends every consumer
     sends: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    # each skipped submodule's stand-in leaves, made once: a fill on the device per stand-in and
+    # block run would cost a kernel launch each, every micro-batch (`_stand_in`)
+    stand_ins: dict[str, list] = field(default_factory=dict, repr=False)
 
     def passed(self, block: str) -> list[int]:
         """Leaf positions of `block`'s entry call that carry activations of other blocks."""
@@ -306,14 +309,13 @@ class _BlockRun:
     def call(self, fqn, original, args, kwargs):
         there = self.b.owner[fqn]
         if there == self.block:
-            leaves, spec = pytree.tree_flatten((args, kwargs))
             if not self.entered:
                 self.entered = True
+                leaves = pytree.tree_leaves((args, kwargs))
                 for i, t in self.inputs.items():
                     self.swap[id(leaves[i])] = (leaves[i], t)
-            if self.swap and any(id(x) in self.swap for x in leaves):
-                leaves = [self.swap[id(x)][1] if id(x) in self.swap else x for x in leaves]
-                args, kwargs = pytree.tree_unflatten(leaves, spec)
+            if self.swap:
+                args, kwargs = self._swapped(args, kwargs)
             return original(*args, **kwargs)
         if there in self.b.succs[self.block] and there not in self.reached:
             self.reached.add(there)
@@ -321,7 +323,33 @@ class _BlockRun:
             self.captured.update({(c, i): leaves[i] for c, i in self.trace.sends[self.block] if c == there})
             if self.reached == set(self.b.succs[self.block]):
                 raise _Stop(tuple(self.captured[k] for k in self.trace.sends[self.block]))
-        return _stand_in(self.trace.outputs[fqn], self.b.device)
+        return _stand_in(self.trace, fqn, self.b.device)
+
+
+    def _swapped(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """`args` and `kwargs` with every swapped object replaced by its received tensor. Where
+        each is a tensor or a scalar (a layer called on the hidden states), they are looked at
+        directly; anything else is flattened as a tree."""
+        swap = self.swap
+        if all(_flat(x) for x in args) and all(_flat(v) for v in kwargs.values()):
+            if any(id(x) in swap for x in args):
+                args = tuple(swap[id(x)][1] if id(x) in swap else x for x in args)
+            if any(id(v) in swap for v in kwargs.values()):
+                kwargs = {k: swap[id(v)][1] if id(v) in swap else v for k, v in kwargs.items()}
+            return args, kwargs
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if any(id(x) in swap for x in leaves):
+            leaves = [swap[id(x)][1] if id(x) in swap else x for x in leaves]
+            args, kwargs = pytree.tree_unflatten(leaves, spec)
+        return args, kwargs
+
+
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def _flat(x) -> bool:
+    """Whether `x` is a leaf of every tree it can be in (a tensor or a plain scalar)."""
+    return isinstance(x, torch.Tensor) or type(x) in _SCALARS
 
 
 def _depends_on(t, by_param: dict[int, str | None]) -> set[str]:
@@ -346,11 +374,21 @@ def _depends_on(t, by_param: dict[int, str | None]) -> set[str]:
     return out
 
 
-def _stand_in(leaves: _Leaves, device: torch.device):
-    """A value shaped like a skipped submodule's output: zero-stride zeros, no memory."""
-    vals = [torch.zeros((), dtype=m.dtype, device=device).expand(m.shape) if m is not None else o
-            for m, o in zip(leaves.metas, leaves.others)]
-    return pytree.tree_unflatten(vals, leaves.spec)
+def _stand_in(trace: Trace, fqn: str, device: torch.device):
+    """A value shaped like skipped submodule `fqn`'s output: zero-stride zeros, no memory. The
+    zeros are made once per trace and reused while unchanged (a model that writes into one in
+    place, which only a one-element stand-in allows, gets fresh zeros the next time); the
+    containers around them are built anew on every call, as the model may change those. Made
+    under inference mode, they carry no version to check, and are made anew every time."""
+    leaves = trace.outputs[fqn]
+    vals = trace.stand_ins.get(fqn)
+    if vals is None or any(isinstance(v, torch.Tensor) and (v.is_inference() or v._version) for v in vals):
+        vals = [torch.zeros((), dtype=m.dtype, device=device).expand(m.shape) if m is not None else o
+                for m, o in zip(leaves.metas, leaves.others)]
+        trace.stand_ins[fqn] = vals
+    if leaves.spec.is_leaf():  # one tensor: no container to build
+        return vals[0]
+    return pytree.tree_unflatten(list(vals), leaves.spec)
 
 
 def _plain(t):

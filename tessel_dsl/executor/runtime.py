@@ -116,28 +116,34 @@ class RankRunner:
         self.progress = progress or (lambda *_: None)
         tags = {b.name: i for i, b in enumerate(plan.spec.blocks)}
         self.comm = MessageManager(device, timeout, tags, rank, links or {}, ranks)
+        # Read from the spec once: each action would otherwise scan its blocks and edges again.
+        self.preds = {b.name: forward_preds(self.spec, b.name) for b in self.spec.blocks}
+        self.succs = {b.name: forward_succs(self.spec, b.name) for b in self.spec.blocks}
+        self.backward = {b.name: backward_of(self.spec, b.name) for b in self.spec.blocks}
+        self.labels = [str(a) for a in self.program.actions]
+        self.param_lists: dict[str, list[torch.Tensor]] = {}
         self.uses = self._count_uses()
         self.early = early_receives(self.program.actions) if self.comm.post == "lead" and not self.program.blocking else {}
         self.gc_between = gc_mode() == "between"
 
     # -- reading the program ---------------------------------------------------------------
     def _reads(self, a: Action) -> list[Key]:
-        spec, b = self.spec, self.spec.block(a.block)
+        b = self.spec.block(a.block)
         if a.op is Op.SEND:
             return [(a.block, a.mb)]
         if a.op is not Op.COMPUTE:
             return []
         if not b.kind.is_backward:
-            return [(p, a.mb) for p in forward_preds(spec, a.block)]
+            return [(p, a.mb) for p in self.preds[a.block]]
         if b.kind is Kind.WEIGHT_GRAD:
             return []
-        return [(bs, a.mb) for s in forward_succs(spec, b.forward) if (bs := backward_of(spec, s))]
+        return [(bs, a.mb) for s in self.succs[b.forward] if (bs := self.backward[s])]
 
     def _count_uses(self) -> Counter:
         return Counter(k for a in self.program.actions for k in self._reads(a))
 
     def is_loss_block(self, name: str) -> bool:
-        return self.train and not forward_succs(self.spec, name) and backward_of(self.spec, name) is not None
+        return self.train and not self.succs[name] and self.backward[name] is not None
 
     # -- one iteration ---------------------------------------------------------------------
     def step(self, iteration: int, collect: bool = False, wait: bool = True) -> StepResult:
@@ -155,6 +161,7 @@ class RankRunner:
         self.values: dict[Key, tuple[torch.Tensor, ...]] = {}
         self.saved: dict[Key, tuple] = {}
         self.left = Counter(self.uses)
+        self.param_lists: dict[str, list[torch.Tensor]] = {}  # `_params`, read once a step
         result = StepResult()
         cuda = self.device.type == "cuda"
         t0 = time.perf_counter()
@@ -163,8 +170,8 @@ class RankRunner:
             result.origin.record()
         n = len(self.program.actions)
         for i, a in enumerate(self.program.actions):
-            self.progress(iteration, i, str(a))
-            where = f"rank {self.rank}, iteration {iteration}, step {i + 1}/{n} ({a})"
+            label = self.labels[i]
+            self.progress(iteration, i, label)
             for key in self.early.get(i, ()):
                 self.comm.start_early(*key)
             start = torch.cuda.Event(enable_timing=True) if cuda else time.perf_counter()
@@ -175,15 +182,15 @@ class RankRunner:
             except ExecutionError:
                 raise
             except CommTimeout as e:
-                raise ExecutionError(f"{where}: {e}") from None
+                raise ExecutionError(f"{self._where(iteration, i)}: {e}") from None
             except Exception as e:  # the user's block code: report where it broke
-                raise ExecutionError(f"{where}: {type(e).__name__}: {e}") from e
+                raise ExecutionError(f"{self._where(iteration, i)}: {type(e).__name__}: {e}") from e
             if cuda:
                 end = torch.cuda.Event(enable_timing=True)
                 end.record()
-                result.marks.append((str(a), start, end))
+                result.marks.append((label, start, end))
             else:
-                result.marks.append((str(a), start - t0, time.perf_counter() - t0))
+                result.marks.append((label, start - t0, time.perf_counter() - t0))
         self.progress(iteration, n, "end of step (waiting for sends)")
         try:
             self.comm.drain()
@@ -192,6 +199,9 @@ class RankRunner:
         self.values.clear()
         self.saved.clear()
         return result
+
+    def _where(self, iteration: int, i: int) -> str:
+        return f"rank {self.rank}, iteration {iteration}, step {i + 1}/{len(self.labels)} ({self.labels[i]})"
 
     def _use(self, key: Key) -> tuple[torch.Tensor, ...]:
         if key not in self.values:
@@ -235,7 +245,7 @@ class RankRunner:
         if module is None:
             raise ExecutionError(f"rank {self.rank}: the model has no module for block {name!r}")
         inputs: list[torch.Tensor] = []
-        for p in forward_preds(self.spec, name):
+        for p in self.preds[name]:
             for t in self._use((p, mb)):
                 if self.train and t.is_floating_point():
                     t = t.detach().requires_grad_(True)
@@ -244,7 +254,7 @@ class RankRunner:
         with torch.set_grad_enabled(self.train):
             out = module(*inputs, *data)
         out = out if isinstance(out, tuple) else (out,)
-        bwd = backward_of(self.spec, name) if self.train else None
+        bwd = self.backward[name] if self.train else None
         if bwd is not None:
             split = None
             if self.spec.block(bwd).kind is Kind.INPUT_GRAD:
@@ -269,8 +279,8 @@ class RankRunner:
             return [grad] + [None] * (len(outs) - 1)
         floats = [i for i, o in enumerate(outs) if o.is_floating_point()]
         grads: list[torch.Tensor | None] = [None] * len(outs)
-        for s in forward_succs(self.spec, fwd):
-            bs = backward_of(self.spec, s)
+        for s in self.succs[fwd]:
+            bs = self.backward[s]
             if bs is None:
                 continue
             part = self._use((bs, mb))[grad_slice(self.spec, self.stage, s, fwd)]
@@ -283,7 +293,12 @@ class RankRunner:
         return [t for t in inputs if t.is_floating_point()]
 
     def _params(self, fwd: str) -> list[torch.Tensor]:
-        return [p for p in self.stage.modules[fwd].parameters() if p.requires_grad]
+        """The trained parameters of block `fwd`, walked once a step (every micro-batch's forward
+        and input gradient asks; what is trained may change between steps, not within one)."""
+        got = self.param_lists.get(fwd)
+        if got is None:
+            got = self.param_lists[fwd] = [p for p in self.stage.modules[fwd].parameters() if p.requires_grad]
+        return got
 
     def _backward(self, name: str, mb: int) -> None:
         b = self.spec.block(name)

@@ -76,6 +76,44 @@ def test_gpu8_data_parallel_rows_agree_under_one_launcher_and_two_torchrun_agent
         assert len(s["wait_share_measured"]) == len(s["wait_share_simulated"]) == 2
 
 
+@pytest.mark.slow
+def test_gpu_zb_runs_the_hand_v_by_the_executor_and_by_pipeline_to_one_loss(tmp_path):
+    """bench/gpu_zb.py's gpt32k_zbv_pipeline row: the hand V plan (searched on hand-set block
+    times) run by `Pipeline` beside the executor's row of the same plan, at 2 ranks on gloo; both
+    must give one process's first-iteration loss, and the Pipeline row its own measured and
+    replayed wait."""
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU machine this would be the real, long benchmark")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TESSEL_BENCH_PLANS=str(tmp_path / "plans"),
+               OMP_NUM_THREADS="1")  # tiny models: one thread each
+    times = {f"{k}{i}": 0.002 if k != "W" else 0.001 for k in "FIW" for i in range(4)}
+    (tmp_path / "profile.json").write_text(json.dumps({"gpu": "cpu", "gpt32k_zbv": {"block_seconds": times}}))
+    base = [sys.executable, "gpu_zb.py", "--devices", "2", "--only", "gpt32k"]
+    for extra in (["prepare"], ["plans", "--costs", str(tmp_path / "profile.json"), "--effort", "0"],
+                  ["run", "--no-torch", "--keys", "gpt32k_zbv,gpt32k_zbv_pipeline", "--steps", "1", "--warmup", "0",
+                   "--out", str(tmp_path)]):
+        out = subprocess.run(base + extra, cwd=ROOT / "bench", env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    table = (tmp_path / "gpu_zb.md").read_text()
+    assert "| Tessel V, two chunks per GPU (searched), block times of a first run of the plan, Pipeline |" in table
+    assert "check: gpt32k: first-iteration losses agree" in table
+    runs = json.loads((tmp_path / "gpu_zb.json").read_text())
+    by_executor, by_pipeline = runs["gpt32k_zbv"], runs["gpt32k_zbv_pipeline"]
+    assert by_pipeline["runner"] == "Pipeline" and by_pipeline["plan"] == by_executor["plan"]
+    from tessel_dsl.executor.models.common import seeded
+    from tessel_dsl.executor.models.gpt import GPT, Config
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu8
+    from gpu_common import TINY
+
+    model = seeded(GPT, Config.of(TINY["gpt"] | {"layers": 4}))
+    with torch.no_grad():
+        ref = sum(float(model.loss(mb)) for mb in range(gpu8.N)) / gpu8.N
+    assert by_executor["loss"] == pytest.approx(ref, rel=1e-5) and by_pipeline["loss"] == pytest.approx(ref, rel=1e-5)
+    assert len(by_pipeline["wait_share_measured"]) == len(by_pipeline["wait_share_simulated"]) == 2
+
+
 def test_trace_summary_counts_kernels_host_gaps_and_syncs_of_the_marked_iteration():
     """bench/gpu_trace.py on a hand-made trace (microseconds): compute kernels 10-40 and 30-45 and
     50-60 (45 busy), an NCCL kernel 60-90, a kernel before the mark that must not count, host
