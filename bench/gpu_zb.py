@@ -633,13 +633,12 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
 
     from tessel_dsl.executor.comm import comm_streams_mode, recv_post_mode
     from tessel_dsl.executor.groups import P2P_MAX_CTAS
-    from tessel_dsl.executor.runtime import gc_mode
 
     res["p2p_max_ctas"] = os.environ.get("TESSEL_P2P_MAX_CTAS", P2P_MAX_CTAS)
-    res["recv_post"], res["comm_streams"], res["gc"] = recv_post_mode(), comm_streams_mode(), gc_mode()
+    res["recv_post"], res["comm_streams"] = recv_post_mode(), comm_streams_mode()
     lines.insert(1, f"TESSEL_P2P_MAX_CTAS={res['p2p_max_ctas']} (thread blocks of each point-to-point link; 0: NCCL's "
                     f"choice), TESSEL_RECV_POST={res['recv_post']} (when receives are posted), "
-                    f"TESSEL_COMM_STREAMS={res['comm_streams']}, TESSEL_GC={res['gc']}")
+                    f"TESSEL_COMM_STREAMS={res['comm_streams']}")
     write_results(out, f"gpu_zb{tag}", res, "\n".join(lines))
     os.remove(os.path.join(out, f"gpu_zb{tag}_partial.json"))  # the whole is written: few files come back
     if any("CHECK FAILED" in x for x in lines) or any("error" in v for v in res.values() if isinstance(v, dict)):

@@ -9,8 +9,6 @@ the weight gradient later from those alone (executor/split_backward.py).
 """
 from __future__ import annotations
 
-import gc
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,34 +25,6 @@ from tessel_dsl.plan import Plan
 from tessel_dsl.program import Action, Op
 
 Key = tuple[str, int]
-GC_MODES = ("between", "python")
-
-
-def gc_mode() -> str:
-    """``TESSEL_GC``: ``between`` (default) keeps Python's cyclic garbage collector off while a
-    step is queued, so its collections run between steps; ``python`` leaves it as Python has it.
-    A full collection can take a rank's host for tens of milliseconds, and a rank that stops
-    issuing mid-step stalls every rank that waits on its transfers; between steps it overlaps
-    the GPU's tail instead (as large training loops do by collecting on their own schedule)."""
-    mode = os.environ.get("TESSEL_GC", "") or GC_MODES[0]
-    if mode not in GC_MODES:
-        raise ValueError(f"TESSEL_GC must be one of {', '.join(GC_MODES)}, not {mode!r}")
-    return mode
-
-
-class _collector_off:
-    """Python's cyclic collector off for the block, back as it was afterwards (`gc_mode`)."""
-
-    def __init__(self, on: bool) -> None:
-        self.on = on and gc.isenabled()
-
-    def __enter__(self):
-        if self.on:
-            gc.disable()
-
-    def __exit__(self, *exc):
-        if self.on:
-            gc.enable()
 
 
 @dataclass
@@ -124,7 +94,6 @@ class RankRunner:
         self.param_lists: dict[str, list[torch.Tensor]] = {}
         self.uses = self._count_uses()
         self.early = early_receives(self.program.actions) if self.comm.post == "lead" and not self.program.blocking else {}
-        self.gc_between = gc_mode() == "between"
 
     # -- reading the program ---------------------------------------------------------------
     def _reads(self, a: Action) -> list[Key]:
@@ -150,14 +119,6 @@ class RankRunner:
         """Run the whole program once; raises ExecutionError naming rank, step and action. With
         `wait`, return once the GPU has finished it (the executor measures every iteration
         from an idle GPU); without, as soon as it is queued (`Pipeline.step`)."""
-        with _collector_off(self.gc_between):
-            result = self._queue(iteration, collect)
-        if self.device.type == "cuda" and wait:
-            torch.cuda.synchronize(self.device)
-        return result
-
-    def _queue(self, iteration: int, collect: bool) -> StepResult:
-        """Issue every action of the program, then the end-of-step drain."""
         self.values: dict[Key, tuple[torch.Tensor, ...]] = {}
         self.saved: dict[Key, tuple] = {}
         self.left = Counter(self.uses)
@@ -196,6 +157,8 @@ class RankRunner:
             self.comm.drain()
         except CommTimeout as e:
             raise ExecutionError(f"rank {self.rank}, iteration {iteration}, end of step: {e}") from None
+        if cuda and wait:
+            torch.cuda.synchronize(self.device)
         self.values.clear()
         self.saved.clear()
         return result
