@@ -9,18 +9,30 @@ after its last block ends at least the shortest chain leaving one of its blocks 
 (the *tail*). So no schedule is shorter than ``head_d + N * W_d + tail_d`` for any device, nor
 than the longest dependency chain of one micro-batch.
 
+A chain counts the transfer lag of each of its edges (`lags.py`: a consumer on a device its
+producer is not on starts at least that long after the producer ends, in the same whole units as
+the block times): every schedule the search may return keeps those gaps, so a chain through such
+an edge takes at least the lag longer, wherever the chain sits. A spec without a link has no lags
+and the same bound as without them.
+
 A block that runs on every device (an embedding split over all of them) can't overlap anything,
 which sharpens the per-device bound (`idle_bound`): before device ``d`` starts its first block
 that is not such a block, it can only run all-device blocks, and while a block of the chain
 leading there runs on other devices only, ``d`` can run nothing at all. So ``d`` idles at least
 the longest such chain counting only the blocks ``d`` is not on, and the same after its last one.
 On the M- and NN-shapes this is the makespan the search reaches (the head ignored that ``d``
-can't fill the wait with the all-device blocks).
+can't fill the wait with the all-device blocks). Here the lags do not count: during a transfer
+no device is busy, so ``d`` may run an all-device block then (a source
+``A`` on device 1, time 1, feeding ``B`` on device 0, time 1, with lag 5, beside an all-device
+``E`` of time 5: two micro-batches take 13, each ``E`` running while an ``A``'s output
+is in transfer, where counting the lag would claim 6 + 2 * 6 = 18). Without all-device blocks the
+plain per-device bound, lags included, is never below this one.
 """
 from __future__ import annotations
 
 from tessel_dsl.analysis import chains
 from tessel_dsl.ir import Spec
+from tessel_dsl.search.lags import edge_lags
 
 
 def makespan_bound(spec: Spec, microbatches: int) -> int:
@@ -28,7 +40,7 @@ def makespan_bound(spec: Spec, microbatches: int) -> int:
     from tessel_dsl.search.membound import memory_makespan_bound
 
     time = {b.name: b.time for b in spec.blocks}
-    head, tail = chains(spec, time)
+    head, tail = chains(spec, time, edge_lags(spec))
     bound = max((head[n] + time[n] + tail[n] for n in time), default=0)
     for d in range(spec.devices):
         on = [b.name for b in spec.blocks_on(d)]
@@ -47,7 +59,7 @@ def idle_bound(spec: Spec, microbatches: int) -> int:
         local = [b.name for b in on if not everyone <= set(b.devices)]
         if not local:
             continue
-        # Only blocks `d` is not on count: during them `d` idles (the module text).
+        # Only blocks `d` is not on count: during them `d` idles; not the lags (the module text).
         weight = {b.name: 0 if d in b.devices else b.time for b in spec.blocks}
         head, tail = chains(spec, weight)
         work = sum(b.time for b in on)

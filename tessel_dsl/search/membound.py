@@ -83,6 +83,14 @@ costliest run of equal ``w``; a dynamic programme over the partitions of the cha
 it. With every ``k_s`` at least the number of stages after ``s`` plus one (1F1B's warmup), the runs
 are single stages and this is the busiest stage's work, the usual bound. It binds only repetends
 holding each block once; repetends of several micro-batches (or no repetend) can do better.
+
+**Transfer lags.** Every chain above (``c``, ``head(a)``, ``tail(r)``, the distances ``delta_e``
+and the runs' cycles) counts the lag of each edge it crosses (`lags.py`): a consumer on a device
+its producer is not on starts at least that long after the producer ends, in every schedule the
+search keeps, so each step of the arguments above holds with the chain that much longer. On a
+chain's run, the cycle from ``B_{i-1}`` on ``e`` back to ``B_i`` on ``e`` crosses the edges
+between the run's stages once each way, so the period is at least the run's work plus those lags.
+No other step uses an edge, and a spec without a link has no lags: the bounds are unchanged.
 """
 from __future__ import annotations
 
@@ -92,6 +100,7 @@ from functools import lru_cache
 
 from tessel_dsl.analysis import chains, reachable
 from tessel_dsl.ir import Block, Spec
+from tessel_dsl.search.lags import edge_lags
 
 ENUMERATE_MAX = 14  # down-closed sets are enumerated on devices with at most this many blocks
 
@@ -123,8 +132,9 @@ def holdings(spec: Spec) -> list[Holding]:
     if any(b.time <= 0 for b in spec.blocks):
         return []  # zero-time blocks may share a start on one device; the argument needs them apart
     time = {b.name: b.time for b in spec.blocks}
+    lags = edge_lags(spec)
     reach = reachable(spec)
-    head, tail = chains(spec, time)
+    head, tail = chains(spec, time, lags)
     out = []
     for d in range(spec.devices):
         on = [b.name for b in spec.blocks_on(d)]
@@ -145,7 +155,7 @@ def holdings(spec: Spec) -> list[Holding]:
                 need = min((v for s, v in sums.items() if s >> ia & 1 and not s >> ir & 1), default=0)
                 if need <= 0 or cap < need:
                     continue  # (a capacity below one micro-batch's need is refused before any search)
-                out.append(Holding(d, a, r, need, cap // need, _longest(spec, a, r, time), head[a], tail[r]))
+                out.append(Holding(d, a, r, need, cap // need, _longest(spec, a, r, time, lags), head[a], tail[r]))
     return out
 
 
@@ -155,11 +165,12 @@ def _ideals(spec: Spec, on: list[str], reach: dict[str, frozenset[str]]) -> list
     return [s for s in range(1 << len(on)) if all(below[i] & ~s == 0 for i in range(len(on)) if s >> i & 1)]
 
 
-def _longest(spec: Spec, a: str, r: str, time: dict[str, int]) -> int:
-    """The longest dependency chain from the start of `a` to the end of `r` (both counted)."""
+def _longest(spec: Spec, a: str, r: str, time: dict[str, int], lags: dict[tuple[str, str], int]) -> int:
+    """The longest dependency chain from the start of `a` to the end of `r` (both counted, with
+    the lags of its edges)."""
     dist = {a: time[a]}
     for name in spec.topo_order:
-        got = [dist[p] for p in spec.preds[name] if p in dist]
+        got = [dist[p] + lags.get((p, name), 0) for p in spec.preds[name] if p in dist]
         if got and name != a:
             dist[name] = max(got) + time[name]
     return dist[r]
@@ -232,6 +243,7 @@ def memory_makespan_bound(spec: Spec, microbatches: int) -> int:
 def paced_bound(spec: Spec, h: Holding, microbatches: int) -> int:
     """The module text's "memory slows what comes after" bound for one holding."""
     time = {b.name: b.time for b in spec.blocks}
+    lags = edge_lags(spec)
     t_a = time[h.alloc]
     starts = [h.head]  # L_m: no earlier can the m-th start of `alloc` be
     for m in range(1, microbatches):
@@ -239,10 +251,10 @@ def paced_bound(spec: Spec, h: Holding, microbatches: int) -> int:
     # from the start of `alloc` to the start of each block that depends on it (`alloc` itself: 0)
     dist = {h.alloc: 0}
     for name in spec.topo_order:
-        got = [dist[p] + time[p] for p in spec.preds[name] if p in dist]
+        got = [dist[p] + time[p] + lags.get((p, name), 0) for p in spec.preds[name] if p in dist]
         if got and name != h.alloc:
             dist[name] = max(got)
-    _, tail = chains(spec, time)
+    _, tail = chains(spec, time, lags)
     best = 0
     for e in range(spec.devices):
         on = [b.name for b in spec.blocks_on(e)]
@@ -291,12 +303,16 @@ def chain_stage_blocks(spec: Spec) -> list[tuple[Block, Block, int]] | None:
 def one_copy_chain_bound(spec: Spec) -> int:
     """The smallest period of a repetend holding each block once on a memory-bound chain (module
     text); 0 when the spec is not such a chain or no warmup fits."""
-    stages = chain_stages(spec)
-    if not stages:
+    blocks = chain_stage_blocks(spec)
+    if not blocks:
         return 0
-    count = len(stages)
-    work = [f + b for f, b, _, _ in stages]
-    limit = [cap // held - 1 for _, _, held, cap in stages]  # the largest w_s memory allows
+    count = len(blocks)
+    work = [f.time + b.time for f, b, _ in blocks]
+    limit = [spec.capacity(d) // f.memory - 1 for f, _, d in blocks]  # the largest w_s memory allows
+    lags = edge_lags(spec)
+    # what a run's cycle crosses between stage e-1 and e: a lag each way (module text)
+    gap = [0] + [lags.get((f0.name, f1.name), 0) + lags.get((b1.name, b0.name), 0)
+                 for (f0, b0, _), (f1, b1, _) in zip(blocks, blocks[1:])]
     inf = float("inf")
 
     @lru_cache(maxsize=None)
@@ -304,7 +320,7 @@ def one_copy_chain_bound(spec: Spec) -> int:
         """Stages i.. as runs, the run holding stage i having value j (the last run has 0)."""
         out, cost, room = inf, 0, inf
         for e in range(i, count):
-            cost, room = cost + work[e], min(room, limit[e])
+            cost, room = cost + work[e] + (gap[e] if e > i else 0), min(room, limit[e])
             if j > room:
                 break
             rest = (0 if j == 0 else inf) if e == count - 1 else (best(e + 1, j - 1) if j >= 1 else inf)
