@@ -30,10 +30,23 @@ and, as N grows, a schedule repeating q micro-batches every period P keeps ``P /
 
 **Memory slows what comes after** (`paced_bound`). Sort the starts of ``a`` over the micro-batches:
 ``s_1 <= s_2 <= ... <= s_N``. When the ``(m+k)``-th starts, at most ``k - 1`` earlier intervals are
-still open (the argument above, at that start), so at least ``m`` of the first ``m + k - 1`` have
-ended; the latest-starting of those started at ``s_m`` or later and ended at least ``c`` after:
-``s_{m+k} >= s_m + c``. Also ``s_{m+1} >= s_m + t_a`` (one device) and ``s_1 >= head(a)``, which
-gives a lower bound ``L_m`` on each ``s_m``. If every block on some device ``e`` depends on ``a``
+still open (the argument above, at that start), so at least ``m`` intervals have ended: with
+``f_1 <= f_2 <= ... <= f_N`` the ends of ``r`` sorted, ``s_{m+k} >= f_m``. The ``m`` intervals
+that end first have ``m`` different starts, the latest at ``s_m`` or later, and it ends at least
+``c`` after: ``f_m >= s_m + c``; also ``f_{m+1} >= f_m + t_r`` and ``s_{m+1} >= s_m + t_a`` (one
+device) and ``s_1 >= head(a)``. Freeing and allocating take turns on ``d``, which costs time: in
+``[f_{m-j}, s_{m+k})`` device ``d`` runs the ``j`` instances of ``r`` that end ``(m-j+1)``-th to
+``m``-th (the instances of ``r`` on ``d`` follow each other, so these start after ``f_{m-j}``
+and end by ``f_m``) and the ``j`` instances of ``a`` that start ``(m-j+k)``-th to
+``(m+k-1)``-th (after ``s_{m-j+k} >= f_{m-j}``, and before ``s_{m+k}``): ``s_{m+k} >= f_{m-j} +
+j (t_a + t_r)`` for every ``j < m``, i.e. ``s_{m+k} >= G_m`` with ``G_1 = f_1`` and ``G_m =
+max(f_m, G_{m-1} + t_a + t_r)``. These give lower bounds ``L_m`` on each ``s_m`` and ``F_m`` on
+each ``f_m`` (`paced_starts`), and ``makespan >= F_N + tail(r)``, which is never below the count
+above (``s_{qk+1} >= head(a) + q c``). On the zoo's Mixtral 8x22B chain (16 stages, ``k = 6`` on
+device 0, ``c = 3652``) with N = 8: ``s_7 >= f_1 >= c``, and ``s_8`` waits for a second end and
+for ``a`` of the 7th and ``r`` of the 2nd after ``f_1``: ``s_8 >= c + 87 + 173``, so 2 c + 260 =
+7564, the time-optimal solve's makespan, where ``s_{m+k} >= s_m + c`` alone gave 7511.
+If every block on some device ``e`` depends on ``a``
 (or is ``a``), the ``N - m + 1`` micro-batches whose ``a`` starts at ``s_m`` or later still have
 all their work ``W_e`` on ``e`` to do, none of it before ``s_m`` plus the shortest chain from the
 start of ``a`` to the start of a block on ``e``, and after the last of it comes at least the
@@ -240,14 +253,28 @@ def memory_makespan_bound(spec: Spec, microbatches: int) -> int:
                + [a.makespan(microbatches) for a in areas(spec, found)], default=0)
 
 
+def paced_starts(h: Holding, t_a: int, t_r: int, microbatches: int) -> tuple[list[int], list[int]]:
+    """(L_m, F_m): lower bounds on the m-th earliest start of `alloc` and the m-th earliest end of
+    `free` over the micro-batches (module text, "Memory slows what comes after")."""
+    starts: list[int] = []
+    ends: list[int] = []
+    swapped: list[int] = []  # G_m: no earlier can the (m + k)-th start of `alloc` be
+    k = h.limit
+    for m in range(microbatches):
+        s = h.head if m == 0 else starts[-1] + t_a
+        if m >= k:
+            s = max(s, swapped[m - k])
+        starts.append(s)
+        ends.append(max(s + h.chain, ends[-1] + t_r) if m else s + h.chain)
+        swapped.append(max(ends[-1], swapped[-1] + t_a + t_r) if m else ends[-1])
+    return starts, ends
+
+
 def paced_bound(spec: Spec, h: Holding, microbatches: int) -> int:
     """The module text's "memory slows what comes after" bound for one holding."""
     time = {b.name: b.time for b in spec.blocks}
     lags = edge_lags(spec)
-    t_a = time[h.alloc]
-    starts = [h.head]  # L_m: no earlier can the m-th start of `alloc` be
-    for m in range(1, microbatches):
-        starts.append(max(starts[-1] + t_a, starts[m - h.limit] + h.chain if m >= h.limit else 0))
+    starts, ends = paced_starts(h, time[h.alloc], time[h.free], microbatches)
     # from the start of `alloc` to the start of each block that depends on it (`alloc` itself: 0)
     dist = {h.alloc: 0}
     for name in spec.topo_order:
@@ -255,7 +282,7 @@ def paced_bound(spec: Spec, h: Holding, microbatches: int) -> int:
         if got and name != h.alloc:
             dist[name] = max(got)
     _, tail = chains(spec, time, lags)
-    best = 0
+    best = ends[-1] + h.tail
     for e in range(spec.devices):
         on = [b.name for b in spec.blocks_on(e)]
         if not on or any(x not in dist for x in on):
