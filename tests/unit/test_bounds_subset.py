@@ -1,7 +1,7 @@
-"""The per-device bound over a block and its device's blocks before or after it
-(`bounds.ordered_bound`, module text): worked by hand on the zero-bubble chain, where it is the
-time-optimal makespan for small N, and never above the time-optimal solve (TO, an independent
-exact model) on random small specs with split backwards, blocks on several devices and links."""
+"""The per-device bound over a set of a device's blocks (`bounds.subset_bound`, module text):
+worked by hand on the zero-bubble chain, where it is the time-optimal makespan for small N, equal
+to the time-optimal solve (TO, an independent exact model) on interleaved chains, and never above
+TO on random small specs with split backwards, blocks on several devices and links."""
 from __future__ import annotations
 
 import random
@@ -23,6 +23,16 @@ def test_zero_bubble_chain_by_hand(n):
     assert makespan_bound(spec, n) == 3 + 3 * n + 7
     best = optimal(spec, n)
     assert best.info.proven and best.schedule.makespan(spec) == 3 + 3 * n + 7
+
+
+@pytest.mark.parametrize("path, n", [("specs/interleaved.tsl", 2), ("bench/specs/zoo/tune/llama3_405b_interleaved32.tsl", 2),
+                                     ("bench/specs/zoo/tune/llama3_405b_interleaved32.tsl", 4)])
+def test_interleaved_chains_reach_the_time_optimum(path, n):
+    # Two chunks per device: the set of a device's blocks deep in the chain (its second chunk's
+    # forward and backward, say) has a longer head and tail than the device's first and last block.
+    spec = parse_file(ROOT / path)
+    best = optimal(spec, n)
+    assert best.info.proven and makespan_bound(spec, n) == best.schedule.makespan(spec)
 
 
 def _devset(rng: random.Random, devices: int) -> str:
