@@ -188,7 +188,7 @@ def test_eight_gpu_chain_with_a_link_is_proven():
 
 # Bounds of shipped specs without a link (or with one too fast to give a lag), as they were
 # before lags counted: they must not move. (At N = 4 the zero-bubble chain's is 22 now, from
-# `ordered_bound`, not from any lag: test_bounds_ordered.py.)
+# `subset_bound`, not from any lag: test_bounds_subset.py.)
 UNCHANGED = {"specs/zerobubble.tsl": {1: 13, 16: 67}, "specs/nnshape.tsl": {1: 20, 4: 44, 16: 140},
              "specs/mshape.tsl": {1: 18, 4: 36, 16: 108}, "bench/specs/real/memchain.tsl": {1: 282, 4: 417, 24: 1353}}
 
