@@ -24,6 +24,13 @@ Each spec runs as its own child process (`--jobs K` side by side, under a CPU li
     PYTHONPATH=. python bench/zoo_best.py --effort 80 --time-limit 420 --jobs 16 --jsonl best.jsonl  # both halves
     nice python bench/zoo_best.py --half tune --devices 8 --only unet_sdxl8 --effort 20
     python bench/zoo_best.py --half tune heldout --from-jsonl best.jsonl    # the tables again
+    python bench/zoo_best.py --bounds-only --from-jsonl bench/results/zoo_best_2026-11-27.jsonl
+
+`--bounds-only` solves nothing: it computes this checkout's makespan bound for every spec (as the
+search states it: on the spec with its times divided by their common unit, multiplied back) and
+sets it beside the recorded rows' plans (`ours`, TO's `to`) and the bound those rows recorded
+(`analytic`), so a change to the bounds shows how many rows it proves. A bound above a recorded
+plan's makespan would be unsound: such a row is marked and the command fails.
 """
 from __future__ import annotations
 
@@ -193,6 +200,52 @@ def table(half: str, rows: list[dict], effort: float, workers: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def stated_bound(path: Path) -> int:
+    """The makespan bound `tessel search` states for the spec at its own N."""
+    from tessel_dsl.lang.parser import parse_file
+    from tessel_dsl.search.bounds import makespan_bound
+    from tessel_dsl.search.timescale import divide_spec, time_unit
+
+    spec = parse_file(path)
+    unit = time_unit(spec)
+    return makespan_bound(divide_spec(spec, unit), spec.microbatches) * unit
+
+
+def bounds_table(half: str, rows: list[dict]) -> tuple[str, int]:
+    """The recorded rows of one half against this checkout's bound; (text, rows where the bound
+    is above a recorded plan)."""
+    lines = [f"### Half: {half} (bounds only)", "",
+             "| spec | N | ours | TO | bound recorded | bound now | ours / bound now | best known / bound now |",
+             "|---|---|---|---|---|---|---|---|"]
+    unsound = 0
+    before = after = best_before = best_after = plain_before = plain_after = 0
+    for r in rows:
+        if "ours" not in r:
+            lines.append(f"| {r['spec']} | - | **{r.get('error', 'not run')}** | | | {r.get('now', '-')} | | |")
+            continue
+        best = min(r["ours"], r.get("to") or r["ours"])
+        now, was = r["now"], r.get("analytic") or 0
+        bad = now > best
+        unsound += bad
+        before += r["ours"] <= max(was, r.get("cp_bound") or 0)
+        after += r["ours"] <= max(now, r.get("cp_bound") or 0)
+        best_before += best <= max(was, r.get("cp_bound") or 0)
+        best_after += best <= max(now, r.get("cp_bound") or 0)
+        plain_before += r["ours"] <= was
+        plain_after += r["ours"] <= now
+        to = "-" if "to" not in r else f"{r['to']}{'' if r.get('to_proven') else ' (not proven)'}"
+        lines.append(f"| {r['spec']} | {r.get('microbatches', '?')} | {r['ours']} | {to} | {was} | {now}"
+                     f"{' **above a plan**' if bad else ''} | {_pct(_gap(r['ours'], now))} | {_pct(_gap(best, now))} |")
+    done = sum("ours" in r for r in rows)
+    lines += ["", f"- ours at the analytic bound (what the plan states, proven with no solve): {plain_before} of "
+              f"{done} with the recorded bound, {plain_after} of {done} with the bound now",
+              f"- ours proven optimal (at the larger of the analytic bound and CP-SAT's): {before} of {done} "
+              f"with the recorded bound, {after} of {done} with the bound now",
+              f"- best known (the shorter of ours and TO) proven optimal the same way: {best_before} of {done} before, "
+              f"{best_after} of {done} now"]
+    return "\n".join(lines) + "\n", unsound
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--half", nargs="+", choices=HALVES, default=list(HALVES))
@@ -207,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--jsonl", type=Path, help="append every row to this file as it finishes")
     ap.add_argument("--from-jsonl", type=Path, help="print the tables from rows recorded by --jsonl instead")
+    ap.add_argument("--bounds-only", action="store_true",
+                    help="solve nothing: this checkout's makespan bound beside the rows of --from-jsonl")
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
@@ -220,6 +275,21 @@ def main(argv: list[str] | None = None) -> int:
             rows[(row["half"], row["spec"])] = row  # the last row of a spec wins
         for half, p in todo:
             rows.setdefault((half, p.stem), {"spec": p.stem, "error": "not run"})
+    if args.bounds_only:
+        if not args.from_jsonl:
+            ap.error("--bounds-only needs --from-jsonl (the recorded plans to set the bound beside)")
+        unsound = 0
+        for half in args.half:
+            got = []
+            for h, p in todo:
+                if h == half:
+                    row = dict(rows[(h, p.stem)])
+                    row["now"] = stated_bound(p)
+                    got.append(row)
+            text, bad = bounds_table(half, got)
+            unsound += bad
+            print(text)
+        return 1 if unsound else 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         # The largest first, so that the longest solves do not start last.
         left = sorted((t for t in todo if (t[0], t[1].stem) not in rows), key=lambda t: -_tasks(t[1]))

@@ -1,6 +1,8 @@
 """Quantities read straight off a spec, before any search: the paper's Algorithm 1, lines 1-6."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tessel_dsl.ir import Spec
 
 
@@ -30,15 +32,18 @@ def reachable(spec: Spec) -> dict[str, frozenset[str]]:
     return out
 
 
-def chains(spec: Spec, weight: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+def chains(spec: Spec, weight: dict[str, int], lags: Mapping[tuple[str, str], int] | None = None
+           ) -> tuple[dict[str, int], dict[str, int]]:
     """(head, tail): for every block, the longest dependency chain before it and after it, blocks
-    weighted by `weight` (a block's own weight counts in neither)."""
+    weighted by `weight` (a block's own weight counts in neither) and each edge ``(src, dst)`` by
+    its entry in `lags` (a gap the consumer must leave after its producer ends; none: 0)."""
+    lags = lags or {}
     head: dict[str, int] = {}
     for name in spec.topo_order:
-        head[name] = max((head[p] + weight[p] for p in spec.preds[name]), default=0)
+        head[name] = max((head[p] + weight[p] + lags.get((p, name), 0) for p in spec.preds[name]), default=0)
     tail: dict[str, int] = {}
     for name in reversed(spec.topo_order):
-        tail[name] = max((weight[s] + tail[s] for s in spec.succs[name]), default=0)
+        tail[name] = max((lags.get((name, s), 0) + weight[s] + tail[s] for s in spec.succs[name]), default=0)
     return head, tail
 
 

@@ -9,18 +9,42 @@ after its last block ends at least the shortest chain leaving one of its blocks 
 (the *tail*). So no schedule is shorter than ``head_d + N * W_d + tail_d`` for any device, nor
 than the longest dependency chain of one micro-batch.
 
+A chain counts the transfer lag of each of its edges (`lags.py`: a consumer on a device its
+producer is not on starts at least that long after the producer ends, in the same whole units as
+the block times): every schedule the search may return keeps those gaps, so a chain through such
+an edge takes at least the lag longer, wherever the chain sits. A spec without a link has no lags
+and the same bound as without them.
+
 A block that runs on every device (an embedding split over all of them) can't overlap anything,
 which sharpens the per-device bound (`idle_bound`): before device ``d`` starts its first block
 that is not such a block, it can only run all-device blocks, and while a block of the chain
 leading there runs on other devices only, ``d`` can run nothing at all. So ``d`` idles at least
 the longest such chain counting only the blocks ``d`` is not on, and the same after its last one.
 On the M- and NN-shapes this is the makespan the search reaches (the head ignored that ``d``
-can't fill the wait with the all-device blocks).
+can't fill the wait with the all-device blocks). Here the lags do not count: during a transfer
+no device is busy, so ``d`` may run an all-device block then (a source
+``A`` on device 1, time 1, feeding ``B`` on device 0, time 1, with lag 5, beside an all-device
+``E`` of time 5: two micro-batches take 13, each ``E`` running while an ``A``'s output
+is in transfer, where counting the lag would claim 6 + 2 * 6 = 18). Without all-device blocks the
+plain per-device bound, lags included, is never below this one.
+
+The per-device bound also holds for any set ``S`` of a device's blocks (`subset_bound`): all
+``N`` instances of each run one at a time on ``d``, none before the shortest head in ``S``, and
+after the last of them ends comes at least the shortest tail in ``S``. The best set for a given
+shortest head ``H`` and shortest tail ``T`` takes every block on ``d`` whose head is at least
+``H`` and whose tail is at least ``T``, so trying each pair of ``d``'s head and tail values finds
+the largest ``H + N * W_S + T``. With few micro-batches a set of blocks deep inside the chain
+beats the whole device, whose shortest head and tail are those of its first and last block: on
+the zero-bubble chain `specs/zerobubble.tsl` (D = 4) device 3's F3 and I3 give 16, 19, 22 for
+N = 2, 3, 4, and on the zoo's interleaved 405B chain (32 devices, two chunks each) 6543, 6711,
+7089, 7905 for N = 2, 4, 8, 16: the time-optimal makespans all, where the other bounds give 15,
+17, 19 and 6527 to 7479.
 """
 from __future__ import annotations
 
 from tessel_dsl.analysis import chains
 from tessel_dsl.ir import Spec
+from tessel_dsl.search.lags import edge_lags
 
 
 def makespan_bound(spec: Spec, microbatches: int) -> int:
@@ -28,14 +52,26 @@ def makespan_bound(spec: Spec, microbatches: int) -> int:
     from tessel_dsl.search.membound import memory_makespan_bound
 
     time = {b.name: b.time for b in spec.blocks}
-    head, tail = chains(spec, time)
+    head, tail = chains(spec, time, edge_lags(spec))
     bound = max((head[n] + time[n] + tail[n] for n in time), default=0)
+    # (the whole device is one of the sets `subset_bound` tries: head_d + N * W_d + tail_d)
+    return max(bound, subset_bound(spec, microbatches, time, head, tail), idle_bound(spec, microbatches),
+               memory_makespan_bound(spec, microbatches))
+
+
+def subset_bound(spec: Spec, microbatches: int, time: dict[str, int], head: dict[str, int],
+                 tail: dict[str, int]) -> int:
+    """The per-device bound over the best set of a device's blocks (module text); `head` and
+    `tail` are the chains with lags."""
+    bound = 0
     for d in range(spec.devices):
         on = [b.name for b in spec.blocks_on(d)]
-        if on:
-            work = sum(time[n] for n in on)
-            bound = max(bound, min(head[n] for n in on) + microbatches * work + min(tail[n] for n in on))
-    return max(bound, idle_bound(spec, microbatches), memory_makespan_bound(spec, microbatches))
+        for h in {head[y] for y in on}:
+            for t in {tail[y] for y in on}:
+                work = sum(time[y] for y in on if head[y] >= h and tail[y] >= t)
+                if work:
+                    bound = max(bound, h + microbatches * work + t)
+    return bound
 
 
 def idle_bound(spec: Spec, microbatches: int) -> int:
@@ -47,7 +83,7 @@ def idle_bound(spec: Spec, microbatches: int) -> int:
         local = [b.name for b in on if not everyone <= set(b.devices)]
         if not local:
             continue
-        # Only blocks `d` is not on count: during them `d` idles (the module text).
+        # Only blocks `d` is not on count: during them `d` idles; not the lags (the module text).
         weight = {b.name: 0 if d in b.devices else b.time for b in spec.blocks}
         head, tail = chains(spec, weight)
         work = sum(b.time for b in on)

@@ -30,10 +30,23 @@ and, as N grows, a schedule repeating q micro-batches every period P keeps ``P /
 
 **Memory slows what comes after** (`paced_bound`). Sort the starts of ``a`` over the micro-batches:
 ``s_1 <= s_2 <= ... <= s_N``. When the ``(m+k)``-th starts, at most ``k - 1`` earlier intervals are
-still open (the argument above, at that start), so at least ``m`` of the first ``m + k - 1`` have
-ended; the latest-starting of those started at ``s_m`` or later and ended at least ``c`` after:
-``s_{m+k} >= s_m + c``. Also ``s_{m+1} >= s_m + t_a`` (one device) and ``s_1 >= head(a)``, which
-gives a lower bound ``L_m`` on each ``s_m``. If every block on some device ``e`` depends on ``a``
+still open (the argument above, at that start), so at least ``m`` intervals have ended: with
+``f_1 <= f_2 <= ... <= f_N`` the ends of ``r`` sorted, ``s_{m+k} >= f_m``. The ``m`` intervals
+that end first have ``m`` different starts, the latest at ``s_m`` or later, and it ends at least
+``c`` after: ``f_m >= s_m + c``; also ``f_{m+1} >= f_m + t_r`` and ``s_{m+1} >= s_m + t_a`` (one
+device) and ``s_1 >= head(a)``. Freeing and allocating take turns on ``d``, which costs time: in
+``[f_{m-j}, s_{m+k})`` device ``d`` runs the ``j`` instances of ``r`` that end ``(m-j+1)``-th to
+``m``-th (the instances of ``r`` on ``d`` follow each other, so these start after ``f_{m-j}``
+and end by ``f_m``) and the ``j`` instances of ``a`` that start ``(m-j+k)``-th to
+``(m+k-1)``-th (after ``s_{m-j+k} >= f_{m-j}``, and before ``s_{m+k}``): ``s_{m+k} >= f_{m-j} +
+j (t_a + t_r)`` for every ``j < m``, i.e. ``s_{m+k} >= G_m`` with ``G_1 = f_1`` and ``G_m =
+max(f_m, G_{m-1} + t_a + t_r)``. These give lower bounds ``L_m`` on each ``s_m`` and ``F_m`` on
+each ``f_m`` (`paced_starts`), and ``makespan >= F_N + tail(r)``, which is never below the count
+above (``s_{qk+1} >= head(a) + q c``). On the zoo's Mixtral 8x22B chain (16 stages, ``k = 6`` on
+device 0, ``c = 3652``) with N = 8: ``s_7 >= f_1 >= c``, and ``s_8`` waits for a second end and
+for ``a`` of the 7th and ``r`` of the 2nd after ``f_1``: ``s_8 >= c + 87 + 173``, so 2 c + 260 =
+7564, the time-optimal solve's makespan, where ``s_{m+k} >= s_m + c`` alone gave 7511.
+If every block on some device ``e`` depends on ``a``
 (or is ``a``), the ``N - m + 1`` micro-batches whose ``a`` starts at ``s_m`` or later still have
 all their work ``W_e`` on ``e`` to do, none of it before ``s_m`` plus the shortest chain from the
 start of ``a`` to the start of a block on ``e``, and after the last of it comes at least the
@@ -83,6 +96,14 @@ costliest run of equal ``w``; a dynamic programme over the partitions of the cha
 it. With every ``k_s`` at least the number of stages after ``s`` plus one (1F1B's warmup), the runs
 are single stages and this is the busiest stage's work, the usual bound. It binds only repetends
 holding each block once; repetends of several micro-batches (or no repetend) can do better.
+
+**Transfer lags.** Every chain above (``c``, ``head(a)``, ``tail(r)``, the distances ``delta_e``
+and the runs' cycles) counts the lag of each edge it crosses (`lags.py`): a consumer on a device
+its producer is not on starts at least that long after the producer ends, in every schedule the
+search keeps, so each step of the arguments above holds with the chain that much longer. On a
+chain's run, the cycle from ``B_{i-1}`` on ``e`` back to ``B_i`` on ``e`` crosses the edges
+between the run's stages once each way, so the period is at least the run's work plus those lags.
+No other step uses an edge, and a spec without a link has no lags: the bounds are unchanged.
 """
 from __future__ import annotations
 
@@ -92,6 +113,7 @@ from functools import lru_cache
 
 from tessel_dsl.analysis import chains, reachable
 from tessel_dsl.ir import Block, Spec
+from tessel_dsl.search.lags import edge_lags
 
 ENUMERATE_MAX = 14  # down-closed sets are enumerated on devices with at most this many blocks
 
@@ -123,8 +145,9 @@ def holdings(spec: Spec) -> list[Holding]:
     if any(b.time <= 0 for b in spec.blocks):
         return []  # zero-time blocks may share a start on one device; the argument needs them apart
     time = {b.name: b.time for b in spec.blocks}
+    lags = edge_lags(spec)
     reach = reachable(spec)
-    head, tail = chains(spec, time)
+    head, tail = chains(spec, time, lags)
     out = []
     for d in range(spec.devices):
         on = [b.name for b in spec.blocks_on(d)]
@@ -145,7 +168,7 @@ def holdings(spec: Spec) -> list[Holding]:
                 need = min((v for s, v in sums.items() if s >> ia & 1 and not s >> ir & 1), default=0)
                 if need <= 0 or cap < need:
                     continue  # (a capacity below one micro-batch's need is refused before any search)
-                out.append(Holding(d, a, r, need, cap // need, _longest(spec, a, r, time), head[a], tail[r]))
+                out.append(Holding(d, a, r, need, cap // need, _longest(spec, a, r, time, lags), head[a], tail[r]))
     return out
 
 
@@ -155,11 +178,12 @@ def _ideals(spec: Spec, on: list[str], reach: dict[str, frozenset[str]]) -> list
     return [s for s in range(1 << len(on)) if all(below[i] & ~s == 0 for i in range(len(on)) if s >> i & 1)]
 
 
-def _longest(spec: Spec, a: str, r: str, time: dict[str, int]) -> int:
-    """The longest dependency chain from the start of `a` to the end of `r` (both counted)."""
+def _longest(spec: Spec, a: str, r: str, time: dict[str, int], lags: dict[tuple[str, str], int]) -> int:
+    """The longest dependency chain from the start of `a` to the end of `r` (both counted, with
+    the lags of its edges)."""
     dist = {a: time[a]}
     for name in spec.topo_order:
-        got = [dist[p] for p in spec.preds[name] if p in dist]
+        got = [dist[p] + lags.get((p, name), 0) for p in spec.preds[name] if p in dist]
         if got and name != a:
             dist[name] = max(got) + time[name]
     return dist[r]
@@ -229,21 +253,36 @@ def memory_makespan_bound(spec: Spec, microbatches: int) -> int:
                + [a.makespan(microbatches) for a in areas(spec, found)], default=0)
 
 
+def paced_starts(h: Holding, t_a: int, t_r: int, microbatches: int) -> tuple[list[int], list[int]]:
+    """(L_m, F_m): lower bounds on the m-th earliest start of `alloc` and the m-th earliest end of
+    `free` over the micro-batches (module text, "Memory slows what comes after")."""
+    starts: list[int] = []
+    ends: list[int] = []
+    swapped: list[int] = []  # G_m: no earlier can the (m + k)-th start of `alloc` be
+    k = h.limit
+    for m in range(microbatches):
+        s = h.head if m == 0 else starts[-1] + t_a
+        if m >= k:
+            s = max(s, swapped[m - k])
+        starts.append(s)
+        ends.append(max(s + h.chain, ends[-1] + t_r) if m else s + h.chain)
+        swapped.append(max(ends[-1], swapped[-1] + t_a + t_r) if m else ends[-1])
+    return starts, ends
+
+
 def paced_bound(spec: Spec, h: Holding, microbatches: int) -> int:
     """The module text's "memory slows what comes after" bound for one holding."""
     time = {b.name: b.time for b in spec.blocks}
-    t_a = time[h.alloc]
-    starts = [h.head]  # L_m: no earlier can the m-th start of `alloc` be
-    for m in range(1, microbatches):
-        starts.append(max(starts[-1] + t_a, starts[m - h.limit] + h.chain if m >= h.limit else 0))
+    lags = edge_lags(spec)
+    starts, ends = paced_starts(h, time[h.alloc], time[h.free], microbatches)
     # from the start of `alloc` to the start of each block that depends on it (`alloc` itself: 0)
     dist = {h.alloc: 0}
     for name in spec.topo_order:
-        got = [dist[p] + time[p] for p in spec.preds[name] if p in dist]
+        got = [dist[p] + time[p] + lags.get((p, name), 0) for p in spec.preds[name] if p in dist]
         if got and name != h.alloc:
             dist[name] = max(got)
-    _, tail = chains(spec, time)
-    best = 0
+    _, tail = chains(spec, time, lags)
+    best = ends[-1] + h.tail
     for e in range(spec.devices):
         on = [b.name for b in spec.blocks_on(e)]
         if not on or any(x not in dist for x in on):
@@ -291,12 +330,16 @@ def chain_stage_blocks(spec: Spec) -> list[tuple[Block, Block, int]] | None:
 def one_copy_chain_bound(spec: Spec) -> int:
     """The smallest period of a repetend holding each block once on a memory-bound chain (module
     text); 0 when the spec is not such a chain or no warmup fits."""
-    stages = chain_stages(spec)
-    if not stages:
+    blocks = chain_stage_blocks(spec)
+    if not blocks:
         return 0
-    count = len(stages)
-    work = [f + b for f, b, _, _ in stages]
-    limit = [cap // held - 1 for _, _, held, cap in stages]  # the largest w_s memory allows
+    count = len(blocks)
+    work = [f.time + b.time for f, b, _ in blocks]
+    limit = [spec.capacity(d) // f.memory - 1 for f, _, d in blocks]  # the largest w_s memory allows
+    lags = edge_lags(spec)
+    # what a run's cycle crosses between stage e-1 and e: a lag each way (module text)
+    gap = [0] + [lags.get((f0.name, f1.name), 0) + lags.get((b1.name, b0.name), 0)
+                 for (f0, b0, _), (f1, b1, _) in zip(blocks, blocks[1:])]
     inf = float("inf")
 
     @lru_cache(maxsize=None)
@@ -304,7 +347,7 @@ def one_copy_chain_bound(spec: Spec) -> int:
         """Stages i.. as runs, the run holding stage i having value j (the last run has 0)."""
         out, cost, room = inf, 0, inf
         for e in range(i, count):
-            cost, room = cost + work[e], min(room, limit[e])
+            cost, room = cost + work[e] + (gap[e] if e > i else 0), min(room, limit[e])
             if j > room:
                 break
             rest = (0 if j == 0 else inf) if e == count - 1 else (best(e + 1, j - 1) if j >= 1 else inf)

@@ -46,3 +46,19 @@ def test_a_to_that_cannot_run_leaves_an_error_in_its_row_not_a_crash(tmp_path):
     assert row["error"] == "not tried: 48 tasks > --max-tasks 10"
     text = bench.table("tune", [row], 1.0, 1)
     assert "| zb4 | 4 | 4 | " in text and "**not tried: 48 tasks" in text and "no TO: zb4;" in text
+
+
+def test_bounds_only_sets_the_bound_beside_recorded_rows(tmp_path, capsys):
+    bench = load_bench("zoo_best")
+    now = bench.stated_bound(ROOT / "bench" / "specs" / "zoo" / "tune" / "unet_sdxl8.tsl")
+    rows = tmp_path / "rows.jsonl"
+    base = {"half": "tune", "spec": "unet_sdxl8", "microbatches": 32, "analytic": now - 1}
+    rows.write_text(json.dumps({**base, "ours": now, "to": now, "to_proven": True}) + "\n")
+    assert bench.main(["--bounds-only", "--half", "tune", "--only", "unet_sdxl8", "--from-jsonl", str(rows)]) == 0
+    text = capsys.readouterr().out
+    assert f"| unet_sdxl8 | 32 | {now} | {now} | {now - 1} | {now} | +0.0% | +0.0% |" in text, text
+    assert "1 of 1 with the bound now" in text and "0 of 1 with the recorded bound" in text
+    # A recorded plan shorter than the bound: the bound would be unsound, and the command says so.
+    rows.write_text(json.dumps({**base, "ours": now - 5, "to": now - 5, "to_proven": True}) + "\n")
+    assert bench.main(["--bounds-only", "--half", "tune", "--only", "unet_sdxl8", "--from-jsonl", str(rows)]) == 1
+    assert "above a plan" in capsys.readouterr().out

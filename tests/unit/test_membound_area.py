@@ -82,8 +82,9 @@ def test_stated_bound_never_above_the_optimum(index):
 def test_where_the_bound_stays_below_the_optimum():
     # The same chain at N=6: the bounds count how long and how much memory is held, not how two
     # micro-batches in flight must dodge each other on stages of unequal cost (their forwards and
-    # backwards meet on every device), so the stated bound stays 6 below what TO proves.
+    # backwards meet on every device), so the stated bound stays 3 below what TO proves (6 before
+    # it counted that freeing and allocating take turns on device 0).
     spec = chain([4, 3, 4, 3], 2, n=6)
     r = optimal(spec, 6, effort=30)
     assert r.info.proven and r.schedule.makespan(spec) == 141
-    assert makespan_bound(spec, 6) == 135
+    assert makespan_bound(spec, 6) == 138
