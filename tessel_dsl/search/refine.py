@@ -198,8 +198,11 @@ def polish(spec: Spec, result, *, solver: str, clock, effort: float):
                                    proofs=proofs, polishing=True)
     if not improved:
         return result
+    after = better.makespan(spec)
     info = replace(result.info, notes=result.info.notes + (
         note("polished", n=sched.microbatches, effort=effort, before=before * clock.unit,
-             after=better.makespan(spec) * clock.unit),))
+             after=after * clock.unit),))
+    if after <= info.makespan_bound:  # the polish reached the stated bound: nothing shorter exists
+        info = replace(info, proven=True)
     return replace(result, schedule=better, info=info)
 
