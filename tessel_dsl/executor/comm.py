@@ -25,13 +25,18 @@ When a receive is posted is ``TESSEL_RECV_POST``'s choice:
 * ``ahead``: posted at the ``RECV``, on the communication stream, at once: its kernel spins on
   its SMs from then on, alongside the compute it is meant to overlap with.
 
-Each link (peer and direction) has its own communication stream (``TESSEL_COMM_STREAMS=link``, the
-default). NCCL's point-to-point kernel of a send waits, on its SMs, until the peer posts the
-matching receive; on one shared stream everything queued behind it waits too, so a send to a
-peer that receives late (or a ``lead`` receive behind it) holds up a send to another peer that is
-ready now, and that peer waits beyond the transfer. The links are separate communicators
-(groups.py), so their kernels may run side by side. ``one`` keeps a single stream for every link
-(the earlier behaviour, kept to measure against).
+With ``TESSEL_COMM_STREAMS=link`` each link (peer and direction) has its own communication
+stream; ``one`` (the default) keeps a single stream for every link. NCCL's point-to-point kernel
+of a send waits, on its SMs, until the peer posts the matching receive. On one shared stream
+everything queued behind it waits too, so a send to a late peer holds up a send to another peer
+that is ready; with a stream per link the transfers don't queue, but every send whose receiver is
+late spins at once, each on its own SMs, beside the compute. On 4 x H200
+(bench/results/gpu.md, calls i and l) a stream per link gained about 1 ms on the plain chain,
+within the spread of the runs; and with it, a plan that leaves three of GPU 0's sends waiting
+through every first-stage backward (the 512k GPT's chosen M-shape, whose embedding backwards all
+come last) ran that block 2.6 ms per micro-batch slower than an earlier run on one stream, with
+a plan that left one waiting (which of the two made the difference was not measured apart). So
+one stream stays the default.
 
 Tags make gloo match messages by identity rather than arrival order; NCCL ignores them and relies
 on both sides posting in the same order, which the lowering guarantees.
@@ -48,7 +53,7 @@ import torch.distributed as dist
 from tessel_dsl.executor.model_api import TensorMeta
 
 RECV_POST = ("due", "lead", "ahead")
-COMM_STREAMS = ("link", "one")
+COMM_STREAMS = ("one", "link")
 
 
 def recv_post_mode() -> str:
@@ -60,7 +65,7 @@ def recv_post_mode() -> str:
 
 
 def comm_streams_mode() -> str:
-    """``TESSEL_COMM_STREAMS``: a stream per link or one for all (module docstring); ``link`` by default."""
+    """``TESSEL_COMM_STREAMS``: one stream for all links or one per link (module docstring); ``one`` by default."""
     mode = os.environ.get("TESSEL_COMM_STREAMS", "") or COMM_STREAMS[0]
     if mode not in COMM_STREAMS:
         raise ValueError(f"TESSEL_COMM_STREAMS must be one of {', '.join(COMM_STREAMS)}, not {mode!r}")

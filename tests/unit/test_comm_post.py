@@ -100,6 +100,11 @@ def test_each_link_and_direction_gets_its_own_stream(monkeypatch):
     assert _manager("due").stream("send", 0) is None  # the CPU has no streams
 
 
+def test_one_shared_stream_is_the_default(monkeypatch):
+    monkeypatch.delenv("TESSEL_COMM_STREAMS", raising=False)
+    assert comm.comm_streams_mode() == "one"
+
+
 def test_an_unknown_stream_mode_is_refused(monkeypatch):
     monkeypatch.setenv("TESSEL_COMM_STREAMS", "many")
     with pytest.raises(ValueError, match="TESSEL_COMM_STREAMS"):
