@@ -36,18 +36,21 @@ says 47.
 """
 from __future__ import annotations
 
+from math import gcd
+
+from tessel_dsl.analysis import reachable
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.copies import SEP
+from tessel_dsl.search.devchain import DeviceChain, Hold, device_chain
 from tessel_dsl.search.lags import lag
-from tessel_dsl.search.membound import chain_stage_blocks
 
 CHAIN_PERIOD_EFFORT = 5.0  # deterministic CP-SAT budget of one period's solve (about seconds of one core)
 CHAIN_WALK_EFFORT = 12.0   # ... and of the whole bisection, charged as used
 
 
 def applies(spec: Spec) -> bool:
-    """Is `spec` a chain this model covers (one forward stage and its backward per device)?"""
-    return chain_stage_blocks(spec) is not None
+    """Is `spec` a chain this model covers (a device chain, `devchain.py`)?"""
+    return device_chain(spec) is not None
 
 
 def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,
@@ -60,31 +63,30 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
     from tessel_dsl.search.solvers.cpsat_module import cp_model as _cp_model
 
     cp_model = _cp_model()
-    stages = chain_stage_blocks(spec)
-    if stages is None:
-        raise ValueError("solve_chain_period needs a chain (membound.chain_stage_blocks)")
-    if any(b.time > period for f, b, _ in stages for b in (f, b)):
+    chain = device_chain(spec)
+    if chain is None:
+        raise ValueError("solve_chain_period needs a device chain (devchain.device_chain)")
+    if any(b.time > period for b in spec.blocks):
         return "infeasible", None
-    count, k, p = len(stages), copies, period
-    limit = [spec.capacity(d) // f.memory for f, _, d in stages]  # micro-batches each stage holds
-    # A hold at least (limit + 1) periods long would alone exceed the limit, so every time of copy j
-    # lies within (limit_0 + 2) periods of time 0.
-    horizon = (limit[0] + 2) * p
+    k, p = copies, period
+    time = {b.name: b.time for b in spec.blocks}
+    # Each device's holds in units of their common divisor: a chain of one hold per device
+    # counts micro-batches (demand 1, capacity floor(C / h)).
+    unit = {d: gcd(*(h.weight for h in chain.holds if h.device == d)) or 1 for d in chain.devices}
+    limit = {d: spec.capacity(d) // unit[d] for d in chain.devices}
+    horizon = _horizon(spec, chain, p, limit, unit)
     m = cp_model.CpModel()
-    x = [[m.new_int_var(0, horizon, f"x{j}_{s}") for s in range(count)] for j in range(k)]
-    y = [[m.new_int_var(0, horizon, f"y{j}_{s}") for s in range(count)] for j in range(k)]
-    fwd = [lag(spec, stages[s][0].name, stages[s + 1][0].name) for s in range(count - 1)]
-    bwd = [lag(spec, stages[s + 1][1].name, stages[s][1].name) for s in range(count - 1)]
+    x = [{n: m.new_int_var(0, horizon, f"x{j}_{i}") for i, n in enumerate(chain.forward)} for j in range(k)]
+    for j, i, n in ((j, i, n) for j in range(k) for i, n in enumerate(chain.backward)):
+        x[j][n] = m.new_int_var(0, horizon, f"y{j}_{i}")
     for j in range(k):
-        for s in range(count - 1):
-            m.add(x[j][s + 1] >= x[j][s] + stages[s][0].time + fwd[s])
-            m.add(y[j][s] >= y[j][s + 1] + stages[s + 1][1].time + bwd[s])
-        m.add(y[j][count - 1] >= x[j][count - 1] + stages[-1][0].time)
+        for a, b in chain.edges:
+            m.add(x[j][b] >= x[j][a] + time[a] + lag(spec, a, b))
         if j == 0:
-            m.add(x[0][0] == 0)
+            m.add(x[0][chain.source] == 0)
         else:
-            m.add(x[j][0] >= x[j - 1][0])
-            m.add(x[j][0] <= p - 1)
+            m.add(x[j][chain.source] >= x[j - 1][chain.source])
+            m.add(x[j][chain.source] <= p - 1)
 
     def residue(value, name: str):
         q = m.new_int_var(0, horizon // p + 1, f"q_{name}")
@@ -92,45 +94,82 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
         m.add(value == p * q + r)
         return q, r
 
-    for s, (f, b, _) in enumerate(stages):
+    names = chain.forward + chain.backward
+    for d in chain.devices:
+        on = [n for n in names if spec.block(n).devices[0] == d]
+        mine = [(h, h.weight // unit[d]) for h in chain.holds if h.device == d]
         blocks, holds, demands, wraps = [], [], [], []
         for j in range(k):
-            for var, t, tag in ((x[j][s], f.time, "F"), (y[j][s], b.time, "B")):
-                _, r = residue(var, f"{tag}{j}_{s}")
-                blocks.append(m.new_fixed_size_interval_var(r, t, f"{tag}{j}_{s}"))
-                blocks.append(m.new_fixed_size_interval_var(r + p, t, f"{tag}{j}_{s}+P"))
-            length = m.new_int_var(0, horizon, f"hold{j}_{s}")
-            m.add(length == y[j][s] - x[j][s])
-            whole, part = residue(length, f"hold{j}_{s}")
-            _, at = residue(x[j][s], f"at{j}_{s}")
-            for shift in (0, p):
-                start = m.new_int_var(0, 2 * p, f"hs{j}_{s}_{shift}")
-                end = m.new_int_var(0, 3 * p, f"he{j}_{s}_{shift}")
-                m.add(start == at + shift)
-                m.add(end == start + part)
-                holds.append(m.new_interval_var(start, part, end, f"h{j}_{s}_{shift}"))
-                demands.append(1)
-            wraps.append(whole)
+            for n in on:
+                _, r = residue(x[j][n], f"{n}{SEP}{j}")
+                blocks.append(m.new_fixed_size_interval_var(r, time[n], f"{n}{SEP}{j}"))
+                blocks.append(m.new_fixed_size_interval_var(r + p, time[n], f"{n}{SEP}{j}+P"))
+            for i, (h, w) in enumerate(mine):
+                tag = f"{j}_{d}_{i}"
+                length = m.new_int_var(0, horizon, f"hold{tag}")
+                m.add(length == x[j][h.free] - x[j][h.alloc])
+                whole, part = residue(length, f"hold{tag}")
+                _, at = residue(x[j][h.alloc], f"at{tag}")
+                for shift in (0, p):
+                    start = m.new_int_var(0, 2 * p, f"hs{tag}_{shift}")
+                    end = m.new_int_var(0, 3 * p, f"he{tag}_{shift}")
+                    m.add(start == at + shift)
+                    m.add(end == start + part)
+                    holds.append(m.new_interval_var(start, part, end, f"h{tag}_{shift}"))
+                    demands.append(w)
+                wraps.append(whole if w == 1 else w * whole)
         m.add_no_overlap(blocks)
-        # Implied: the average number held over a period, sum of the holds over P, is at most the
-        # peak (it propagates far earlier than the cumulative).
-        m.add(sum(y[j][s] - x[j][s] for j in range(k)) <= limit[s] * p)
-        base = m.new_int_var(0, limit[s], f"whole_{s}")
+        if not mine:
+            continue
+        # Implied: the average held over a period, the holds' lengths times their weights over
+        # P, is at most the peak (it propagates far earlier than the cumulative).
+        m.add(sum(_weighted(w, x[j][h.free] - x[j][h.alloc]) for j in range(k) for h, w in mine) <= limit[d] * p)
+        base = m.new_int_var(0, limit[d], f"whole_{d}")
         m.add(base == sum(wraps))
-        holds.append(m.new_fixed_size_interval_var(0, 3 * p, f"base_{s}"))
+        holds.append(m.new_fixed_size_interval_var(0, 3 * p, f"base_{d}"))
         demands.append(base)
-        m.add_cumulative(holds, demands, limit[s])
+        m.add_cumulative(holds, demands, limit[d])
     status, solver = run_model(m, effort=effort, time_limit=time_limit)
     if spent is not None:
         spent[0] += solver.deterministic_time
     if status != "found":
         return status, None
-    starts = {}
-    for j in range(k):
-        for s, (f, b, _) in enumerate(stages):
-            starts[f"{f.name}{SEP}{j}"] = solver.value(x[j][s])
-            starts[f"{b.name}{SEP}{j}"] = solver.value(y[j][s])
-    return "feasible", starts
+    return "feasible", {f"{n}{SEP}{j}": solver.value(x[j][n]) for j in range(k) for n in names}
+
+
+def _weighted(w: int, expr):
+    return expr if w == 1 else w * expr
+
+
+def _horizon(spec: Spec, chain: DeviceChain, p: int, limit: dict[int, int], unit: dict[int, int]) -> int:
+    """A bound on every start of a copy whose source starts before `p` (module text, "Horizon")."""
+    reach = reachable(spec)
+    whole = {h: limit[h.device] // (h.weight // unit[h.device]) for h in chain.holds}  # its most wraps
+    for h in chain.holds:
+        if h.alloc == chain.source and all(h.free in reach[b.name] for b in spec.blocks
+                                           if b.name not in (h.alloc, h.free)):
+            return (whole[h] + 2) * p
+    time = {b.name: b.time for b in spec.blocks}
+    gap = max(time[a] + lag(spec, a, b) for a, b in chain.edges) + p - 1
+    # each block after the source ends one gap; a hold's blocks end gaps within its interval
+    group: dict[Hold, int] = {}
+    free = 0
+    ranked = sorted(chain.holds, key=lambda h: -sum(1 for b in spec.blocks if _held(h, b.name, reach)))
+    for b in spec.blocks:
+        if b.name == chain.source:
+            continue
+        h = next((h for h in ranked if _held(h, b.name, reach)), None)
+        if h is None:
+            free += 1
+        else:
+            group[h] = group.get(h, 0) + 1
+    span = free * gap + sum(min((whole[h] + 1) * p - 1, count * gap) for h, count in group.items())
+    return p + span
+
+
+def _held(h: Hold, name: str, reach: dict[str, frozenset[str]]) -> bool:
+    """Does every schedule start `name` after `h.alloc` and no later than `h.free`?"""
+    return name in reach[h.alloc] and (name == h.free or h.free in reach[name])
 
 
 def chain_period_search(spec: Spec, copies: int, low: int, high: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,
