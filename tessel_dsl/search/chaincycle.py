@@ -2,33 +2,57 @@
 
 The general cyclic model (`modulo.py`) run on a spec unrolled k times (`copies.py`) grows
 quickly: on an 8-stage chain two copies give 32 blocks, each with a free window per device, and
-a period it cannot settle costs about 15 s of CPU. A *chain* (`membound.chain_stage_blocks`:
-stage ``s`` on its own device runs one forward ``F_s`` that allocates ``h_s`` and its backward
-``B_s`` that frees it) allows a much smaller exact model of the periodic steady state.
+a period it cannot settle costs about 15 s of CPU. A *device chain* (`devchain.py`: every block
+on one device, the forward blocks one path visiting each device once, one source per
+micro-batch; an embedding beside the first layers and a head beside the last ones, or split
+backward, included) allows a much smaller exact model of the periodic steady state.
 
 **The model** at period ``P`` for ``k`` copies: copy ``j`` (micro-batch ``k m + j`` of instance
-``m``) runs ``F_s`` at ``x[j][s] + m P`` and ``B_s`` at ``y[j][s] + m P``, with
+``m``) runs block ``b`` at ``x[j][b] + m P``, with
 
-- the chain's dependencies within a micro-batch: ``x[j][s+1] >= x[j][s] + f_s``,
-  ``y[j][s] >= y[j][s+1] + b_{s+1}``, ``y[j][S-1] >= x[j][S-1] + f_{S-1}``;
+- the dependencies within a micro-batch, ``x[j][b] >= x[j][a] + t_a + lag(a, b)`` for every edge
+  ``a -> b`` (`lags.py`; an edge implied by a longer path is left out, being kept by it);
 - no overlap modulo ``P`` on each device: every start is ``q P + r`` with ``0 <= r < P``, and
-  the intervals ``[r, r + t)`` and ``[r + P, r + P + t)`` of all ``2k`` blocks of the device do
-  not overlap (a block is never longer than ``P``, so this is exactly "no two blocks share a step
-  modulo P");
-- memory: micro-batch ``j`` holds ``h_s`` on stage ``s`` from the start of ``F_s`` to the start
-  of ``B_s`` (allocations count from a block's start, and ``F_s`` and ``B_s`` never start
-  together on one device, so this is the validator's running sum). A hold of length
-  ``L = a P + l`` (``0 <= l < P``) covers every step ``a`` times plus the ``l`` steps from its
-  start modulo ``P``; so the number held at any step is ``sum_j a_j`` plus a cumulative of the
-  intervals ``[r, r + l)`` and ``[r + P, r + P + l)``, whose count on ``[P, 2P)`` is exactly the
-  wrapped one (elsewhere it counts fewer). It stays within ``floor(C_s / h_s)``.
+  the intervals ``[r, r + t)`` and ``[r + P, r + P + t)`` of all the device's blocks of all
+  copies do not overlap (a block is never longer than ``P``, so this is exactly "no two blocks
+  share a step modulo P");
+- memory: each device's memory per micro-batch is a sum of holds (`devchain.py`): ``w`` units
+  from the start of an allocating block ``a`` to the start of the block ``r`` that frees them,
+  which is the validator's running sum (allocations and frees count from a block's start, and
+  two blocks never start together on one device). A hold of length ``L = a P + l``
+  (``0 <= l < P``) covers every step ``a`` times plus the ``l`` steps from its start modulo
+  ``P``; so the memory held at any step is ``sum w a`` over the holds plus a cumulative of the
+  intervals ``[r, r + l)`` and ``[r + P, r + P + l)`` with demand ``w``, whose load on
+  ``[P, 2P)`` is exactly the wrapped one (elsewhere it counts less). It stays within the
+  device's capacity. Weights and capacity are divided by the weights' common divisor (floored
+  capacity): on a chain of one hold per device this counts micro-batches against
+  ``floor(C_d / h_d)``.
 
 Every periodic schedule of the chain with ``k`` micro-batches per period is a solution after
-renaming (copies are interchangeable, so copy ``j``'s ``F_0`` is put at the ``j``-th residue;
-time starts at copy 0's), and every solution is one: the model is exact. Its answers at
-``P`` settle whether any repetend holding each block ``k`` times has that period (the warmup and
-cooldown of a chain always exist: the periodic schedule cut to the first ``N_R`` micro-batches).
-Feasibility is monotone in ``P``, so the period is found by bisection.
+renaming (copies are interchangeable, so copy ``j``'s source is put at the ``j``-th residue;
+time starts at copy 0's) and moving within the horizon below, and every solution is one: the
+model is exact. Its answers at ``P`` settle whether any repetend holding each block ``k`` times
+has that period (the warmup and cooldown of a chain always exist: the periodic schedule cut to
+the first ``N_R`` micro-batches, and removing whole micro-batches never adds memory since every
+hold is non-negative). Feasibility is monotone in ``P``, so the period is found by bisection.
+
+**Horizon.** Starts are bounded so the model stays small, without losing any schedule:
+
+- when a hold from the source ``s`` to a block ``r`` encloses the micro-batch (every other block
+  depends on ``s`` and ``r`` on it), a hold of ``(W + 1) P`` or more would alone exceed the
+  capacity (``W``: the most whole periods its weight fits), so every start of copy ``j`` lies
+  within ``(W + 2) P`` of time 0;
+- otherwise take a periodic schedule and, for a time ``tau`` after the source's start, the set
+  ``S`` of the copy's blocks starting at ``tau`` or later. It holds every block that depends on
+  one of its blocks, so moving all of ``S`` one period earlier keeps the residues (no overlap
+  changes), shortens the holds that end in ``S`` and lengthens none (a hold starting in ``S``
+  ends in ``S``); it keeps every dependency if each edge into ``S`` has ``P`` or more of slack.
+  Do so while possible (the starts' sum falls and the source never moves): then each ``tau``
+  has an edge into ``S`` with less than ``P`` of slack, so consecutive starts of a copy are at
+  most ``g = max(t_a + lag) + P - 1`` apart. A block that starts after some hold's ``a`` and no
+  later than its ``r`` in every schedule ends a gap lying inside that hold, and a hold is at
+  most ``(W + 1) P - 1`` long. So the last start is within the sum, over holds, of the smaller of
+  that and ``g`` per block counted to them, plus ``g`` per other block, of the source's.
 
 On `bench/specs/real/memchain.tsl` (D = 8) it settles every period of two copies in a few seconds
 of CPU: 111 ms for two micro-batches, 55.5 each, where one copy needs 66 and the memory bound
