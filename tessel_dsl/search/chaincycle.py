@@ -67,14 +67,25 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.search.copies import SEP
 from tessel_dsl.search.devchain import DeviceChain, Hold, device_chain
 from tessel_dsl.search.lags import lag
+from tessel_dsl.search.membound import chain_stage_blocks
 
 CHAIN_PERIOD_EFFORT = 5.0  # deterministic CP-SAT budget of one period's solve (about seconds of one core)
 CHAIN_WALK_EFFORT = 12.0   # ... and of the whole bisection, charged as used
+# Device chains beyond one stage per device are modelled up to this many blocks over all copies:
+# on the 32-stage 405B chain with embedding and head (136 blocks for two copies) no period was
+# settled within the budget of 12 deterministic units, which took about 70 s of CPU (`tessel
+# search` on it went from 18 to 86 s of CPU on a loaded machine, for the same plan).
+DEVICE_CHAIN_MAX_BLOCKS = 100
 
 
-def applies(spec: Spec) -> bool:
-    """Is `spec` a chain this model covers (a device chain, `devchain.py`)?"""
-    return device_chain(spec) is not None
+def applies(spec: Spec, copies: int | None = None) -> bool:
+    """Is `spec` a chain this model covers (a device chain, `devchain.py`)? With `copies`: and
+    is its model for that many copies small enough to be worth a solve (`DEVICE_CHAIN_MAX_BLOCKS`;
+    a chain of one stage per device is always tried)?"""
+    if device_chain(spec) is None:
+        return False
+    return (copies is None or copies * len(spec.blocks) <= DEVICE_CHAIN_MAX_BLOCKS
+            or chain_stage_blocks(spec) is not None)
 
 
 def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,

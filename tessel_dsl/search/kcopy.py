@@ -21,7 +21,7 @@ from tessel_dsl.validate import validate
 
 MAX_COPIES = 2           # repetends holding each block up to this many times are tried ...
 COPIES_MAX_BLOCKS = 24   # ... while the unrolled spec has at most this many blocks (effort grows fast)
-CHAIN_MAX_COPIES = 2     # on a chain the small exact model of `chaincycle.py` tries k = 2 .. this
+CHAIN_MAX_COPIES = 2     # on a device chain the small exact model of `chaincycle.py` tries k = 2 .. this
 
 
 def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callable[..., SearchResult],
@@ -49,7 +49,7 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     # `period_floor`, a proven bound) settles every one-copy period below the cap.
     kept_baseline = info.method == "baseline"
     proven_all, tried = info.period_proven or (kept_baseline and per_mb_cap is not None), 1
-    chain = applies(spec)
+    chain = applies(spec, CHAIN_MAX_COPIES)
     unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
         left = clock.left()
