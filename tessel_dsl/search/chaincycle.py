@@ -29,8 +29,8 @@ backward, included) allows a much smaller exact model of the periodic steady sta
   ``floor(C_d / h_d)``.
 
 Every periodic schedule of the chain with ``k`` micro-batches per period is a solution after
-renaming (copies are interchangeable, so copy ``j``'s source is put at the ``j``-th residue;
-time starts at copy 0's) and moving within the horizon below, and every solution is one: the
+renaming (copies are interchangeable, so copy ``j``'s anchor, the source or the block
+that starts an enclosing hold, is put at the ``j``-th residue; time starts from copy 0's) and moving within the horizon below, and every solution is one: the
 model is exact. Its answers at ``P`` settle whether any repetend holding each block ``k`` times
 has that period (the warmup and cooldown of a chain always exist: the periodic schedule cut to
 the first ``N_R`` micro-batches, and removing whole micro-batches never adds memory since every
@@ -38,18 +38,24 @@ hold is non-negative). Feasibility is monotone in ``P``, so the period is found 
 
 **Horizon.** Starts are bounded so the model stays small, without losing any schedule:
 
-- when a hold from the source ``s`` to a block ``r`` encloses the micro-batch (every other block
-  depends on ``s`` and ``r`` on it), a hold of ``(W + 1) P`` or more would alone exceed the
-  capacity (``W``: the most whole periods its weight fits), so every start of copy ``j`` lies
-  within ``(W + 2) P`` of time 0;
+- when a hold ``a -> r`` encloses the micro-batch (every other block starts after ``a`` and no
+  later than ``r`` in every schedule, or holds no memory and comes before ``a`` or after ``r``:
+  an embedding and its backward beside an enclosing stage), a hold of ``(W + 1) P`` or more
+  would alone exceed the capacity (``W``: the most whole periods its weight fits). A block
+  without memory before ``a`` can move a period later while each edge out of it has ``P`` of
+  slack, one after ``r`` a period earlier while each edge into it has: memory and residues stay
+  as they were. So each ends within ``g = max(t_a + lag) + P - 1`` of a block nearer ``a``
+  (``r``), and renaming puts ``a`` of copy ``j`` within ``[u g, u g + P)`` (``u`` blocks before
+  ``a``) and every start of the copy from 0 to ``u g + (W + 2) P + v g`` (``v`` blocks after
+  ``r``); on a chain of one stage per device ``a`` is the source and this is ``(W + 2) P``;
 - otherwise take a periodic schedule and, for a time ``tau`` after the source's start, the set
   ``S`` of the copy's blocks starting at ``tau`` or later. It holds every block that depends on
   one of its blocks, so moving all of ``S`` one period earlier keeps the residues (no overlap
   changes), shortens the holds that end in ``S`` and lengthens none (a hold starting in ``S``
   ends in ``S``); it keeps every dependency if each edge into ``S`` has ``P`` or more of slack.
-  Do so while possible (the starts' sum falls and the source never moves): then each ``tau``
+  Do so while possible (the starts' sum falls and the source, the anchor, never moves): then each ``tau``
   has an edge into ``S`` with less than ``P`` of slack, so consecutive starts of a copy are at
-  most ``g = max(t_a + lag) + P - 1`` apart. A block that starts after some hold's ``a`` and no
+  most ``g`` apart. A block that starts after some hold's ``a`` and no
   later than its ``r`` in every schedule ends a gap lying inside that hold, and a hold is at
   most ``(W + 1) P - 1`` long. So the last start is within the sum, over holds, of the smaller of
   that and ``g`` per block counted to them, plus ``g`` per other block, of the source's.
@@ -109,7 +115,7 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
     # counts micro-batches (demand 1, capacity floor(C / h)).
     unit = {d: gcd(*(h.weight for h in chain.holds if h.device == d)) or 1 for d in chain.devices}
     limit = {d: spec.capacity(d) // unit[d] for d in chain.devices}
-    horizon = _horizon(spec, chain, p, limit, unit)
+    anchor, shift, horizon = _frame(spec, chain, p, limit, unit)
     m = cp_model.CpModel()
     x = [{n: m.new_int_var(0, horizon, f"x{j}_{i}") for i, n in enumerate(chain.forward)} for j in range(k)]
     for j, i, n in ((j, i, n) for j in range(k) for i, n in enumerate(chain.backward)):
@@ -118,10 +124,10 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
         for a, b in chain.edges:
             m.add(x[j][b] >= x[j][a] + time[a] + lag(spec, a, b))
         if j == 0:
-            m.add(x[0][chain.source] == 0)
+            m.add(x[0][anchor] == shift)
         else:
-            m.add(x[j][chain.source] >= x[j - 1][chain.source])
-            m.add(x[j][chain.source] <= p - 1)
+            m.add(x[j][anchor] >= x[j - 1][anchor])
+            m.add(x[j][anchor] <= shift + p - 1)
 
     def residue(value, name: str):
         q = m.new_int_var(0, horizon // p + 1, f"q_{name}")
@@ -176,16 +182,31 @@ def _weighted(w: int, expr):
     return expr if w == 1 else w * expr
 
 
-def _horizon(spec: Spec, chain: DeviceChain, p: int, limit: dict[int, int], unit: dict[int, int]) -> int:
-    """A bound on every start of a copy whose source starts before `p` (module text, "Horizon")."""
+def _frame(spec: Spec, chain: DeviceChain, p: int, limit: dict[int, int],
+           unit: dict[int, int]) -> tuple[str, int, int]:
+    """(anchor, its start in copy 0, a bound on every start): module text, "Horizon"."""
     reach = reachable(spec)
     whole = {h: limit[h.device] // (h.weight // unit[h.device]) for h in chain.holds}  # its most wraps
-    for h in chain.holds:
-        if h.alloc == chain.source and all(h.free in reach[b.name] for b in spec.blocks
-                                           if b.name not in (h.alloc, h.free)):
-            return (whole[h] + 2) * p
     time = {b.name: b.time for b in spec.blocks}
     gap = max(time[a] + lag(spec, a, b) for a, b in chain.edges) + p - 1
+    best = None
+    for h in chain.holds:
+        before = after = 0
+        for b in spec.blocks:
+            if b.name == h.alloc or _held(h, b.name, reach):
+                continue
+            if b.memory == 0 and h.alloc in reach[b.name]:
+                before += 1
+            elif b.memory == 0 and b.name in reach[h.free]:
+                after += 1
+            else:
+                break
+        else:
+            shift = before * gap
+            got = (h.alloc, shift, shift + (whole[h] + 2) * p + after * gap)
+            best = got if best is None or got[2] < best[2] else best
+    if best is not None:
+        return best
     # each block after the source ends one gap; a hold's blocks end gaps within its interval
     group: dict[Hold, int] = {}
     free = 0
@@ -199,7 +220,7 @@ def _horizon(spec: Spec, chain: DeviceChain, p: int, limit: dict[int, int], unit
         else:
             group[h] = group.get(h, 0) + 1
     span = free * gap + sum(min((whole[h] + 1) * p - 1, count * gap) for h, count in group.items())
-    return p + span
+    return chain.source, 0, p + span
 
 
 def _held(h: Hold, name: str, reach: dict[str, frozenset[str]]) -> bool:
