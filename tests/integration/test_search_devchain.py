@@ -93,6 +93,7 @@ def test_embed_head_chain_two_copies_reach_the_memory_bound():
     assert solve_chain_period(spec, 1, 11)[0] == "infeasible" and _modulo(spec, 1, 11) == "infeasible"
     status, starts = solve_chain_period(spec, 2, 21)
     assert status == "feasible" and _modulo(spec, 2, 21) == "optimal"
+    assert solve_chain_period(spec, 2, 21) == (status, starts)  # deterministic
     assert solve_chain_period(spec, 2, 20)[0] == "infeasible"  # below the bound
     sched = _periodic(spec, starts, 2, 21, 24)
     validate(spec, sched)
