@@ -115,7 +115,7 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
     # counts micro-batches (demand 1, capacity floor(C / h)).
     unit = {d: gcd(*(h.weight for h in chain.holds if h.device == d)) or 1 for d in chain.devices}
     limit = {d: spec.capacity(d) // unit[d] for d in chain.devices}
-    anchor, shift, horizon = _frame(spec, chain, p, limit, unit)
+    anchor, anchor_at, horizon = _frame(spec, chain, p, limit, unit)
     m = cp_model.CpModel()
     x = [{n: m.new_int_var(0, horizon, f"x{j}_{i}") for i, n in enumerate(chain.forward)} for j in range(k)]
     for j, i, n in ((j, i, n) for j in range(k) for i, n in enumerate(chain.backward)):
@@ -124,10 +124,10 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
         for a, b in chain.edges:
             m.add(x[j][b] >= x[j][a] + time[a] + lag(spec, a, b))
         if j == 0:
-            m.add(x[0][anchor] == shift)
+            m.add(x[0][anchor] == anchor_at)
         else:
             m.add(x[j][anchor] >= x[j - 1][anchor])
-            m.add(x[j][anchor] <= shift + p - 1)
+            m.add(x[j][anchor] <= anchor_at + p - 1)
 
     def residue(value, name: str):
         q = m.new_int_var(0, horizon // p + 1, f"q_{name}")
