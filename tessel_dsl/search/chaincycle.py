@@ -70,6 +70,8 @@ from math import gcd
 
 from tessel_dsl.analysis import reachable
 from tessel_dsl.ir import Spec
+from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.compact import compact
 from tessel_dsl.search.copies import SEP
 from tessel_dsl.search.devchain import DeviceChain, Hold, device_chain
 from tessel_dsl.search.lags import lag
@@ -226,6 +228,19 @@ def _frame(spec: Spec, chain: DeviceChain, p: int, limit: dict[int, int],
 def _held(h: Hold, name: str, reach: dict[str, frozenset[str]]) -> bool:
     """Does every schedule start `name` after `h.alloc` and no later than `h.free`?"""
     return name in reach[h.alloc] and (name == h.free or h.free in reach[name])
+
+
+def periodic_schedule(spec: Spec, starts: dict[str, int], copies: int, period: int, n: int,
+                      name: str = "periodic") -> Schedule:
+    """The first `n` micro-batches of the periodic schedule (micro-batch ``copies * m + j`` runs
+    ``b`` at ``starts["b@j"] + m * period``), each block then as early as its device's order
+    allows. Valid whenever the periodic schedule is: dropping whole micro-batches never adds
+    memory, and keeping each device's order keeps its running sums."""
+    slots = []
+    for mb in range(n):
+        m, j = divmod(mb, copies)
+        slots += [Slot(starts[f"{b.name}{SEP}{j}"] + m * period, b.name, mb) for b in spec.blocks]
+    return Schedule(n, compact(spec, sorted(slots)), name=name)
 
 
 def chain_period_search(spec: Spec, copies: int, low: int, high: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,
