@@ -2,33 +2,63 @@
 
 The general cyclic model (`modulo.py`) run on a spec unrolled k times (`copies.py`) grows
 quickly: on an 8-stage chain two copies give 32 blocks, each with a free window per device, and
-a period it cannot settle costs about 15 s of CPU. A *chain* (`membound.chain_stage_blocks`:
-stage ``s`` on its own device runs one forward ``F_s`` that allocates ``h_s`` and its backward
-``B_s`` that frees it) allows a much smaller exact model of the periodic steady state.
+a period it cannot settle costs about 15 s of CPU. A *device chain* (`devchain.py`: every block
+on one device, the forward blocks one path visiting each device once, one source per
+micro-batch; an embedding beside the first layers and a head beside the last ones, or split
+backward, included) allows a much smaller exact model of the periodic steady state.
 
 **The model** at period ``P`` for ``k`` copies: copy ``j`` (micro-batch ``k m + j`` of instance
-``m``) runs ``F_s`` at ``x[j][s] + m P`` and ``B_s`` at ``y[j][s] + m P``, with
+``m``) runs block ``b`` at ``x[j][b] + m P``, with
 
-- the chain's dependencies within a micro-batch: ``x[j][s+1] >= x[j][s] + f_s``,
-  ``y[j][s] >= y[j][s+1] + b_{s+1}``, ``y[j][S-1] >= x[j][S-1] + f_{S-1}``;
+- the dependencies within a micro-batch, ``x[j][b] >= x[j][a] + t_a + lag(a, b)`` for every edge
+  ``a -> b`` (`lags.py`; an edge implied by a longer path is left out, being kept by it);
 - no overlap modulo ``P`` on each device: every start is ``q P + r`` with ``0 <= r < P``, and
-  the intervals ``[r, r + t)`` and ``[r + P, r + P + t)`` of all ``2k`` blocks of the device do
-  not overlap (a block is never longer than ``P``, so this is exactly "no two blocks share a step
-  modulo P");
-- memory: micro-batch ``j`` holds ``h_s`` on stage ``s`` from the start of ``F_s`` to the start
-  of ``B_s`` (allocations count from a block's start, and ``F_s`` and ``B_s`` never start
-  together on one device, so this is the validator's running sum). A hold of length
-  ``L = a P + l`` (``0 <= l < P``) covers every step ``a`` times plus the ``l`` steps from its
-  start modulo ``P``; so the number held at any step is ``sum_j a_j`` plus a cumulative of the
-  intervals ``[r, r + l)`` and ``[r + P, r + P + l)``, whose count on ``[P, 2P)`` is exactly the
-  wrapped one (elsewhere it counts fewer). It stays within ``floor(C_s / h_s)``.
+  the intervals ``[r, r + t)`` and ``[r + P, r + P + t)`` of all the device's blocks of all
+  copies do not overlap (a block is never longer than ``P``, so this is exactly "no two blocks
+  share a step modulo P");
+- memory: each device's memory per micro-batch is a sum of holds (`devchain.py`): ``w`` units
+  from the start of an allocating block ``a`` to the start of the block ``r`` that frees them,
+  which is the validator's running sum (allocations and frees count from a block's start, and
+  two blocks never start together on one device). A hold of length ``L = a P + l``
+  (``0 <= l < P``) covers every step ``a`` times plus the ``l`` steps from its start modulo
+  ``P``; so the memory held at any step is ``sum w a`` over the holds plus a cumulative of the
+  intervals ``[r, r + l)`` and ``[r + P, r + P + l)`` with demand ``w``, whose load on
+  ``[P, 2P)`` is exactly the wrapped one (elsewhere it counts less). It stays within the
+  device's capacity. Weights and capacity are divided by the weights' common divisor (floored
+  capacity): on a chain of one hold per device this counts micro-batches against
+  ``floor(C_d / h_d)``.
 
 Every periodic schedule of the chain with ``k`` micro-batches per period is a solution after
-renaming (copies are interchangeable, so copy ``j``'s ``F_0`` is put at the ``j``-th residue;
-time starts at copy 0's), and every solution is one: the model is exact. Its answers at
-``P`` settle whether any repetend holding each block ``k`` times has that period (the warmup and
-cooldown of a chain always exist: the periodic schedule cut to the first ``N_R`` micro-batches).
-Feasibility is monotone in ``P``, so the period is found by bisection.
+renaming (copies are interchangeable, so copy ``j``'s anchor, the source or the block
+that starts an enclosing hold, is put at the ``j``-th residue; time starts from copy 0's) and moving within the horizon below, and every solution is one: the
+model is exact. Its answers at ``P`` settle whether any repetend holding each block ``k`` times
+has that period (the warmup and cooldown of a chain always exist: the periodic schedule cut to
+the first ``N_R`` micro-batches, and removing whole micro-batches never adds memory since every
+hold is non-negative). Feasibility is monotone in ``P``, so the period is found by bisection.
+
+**Horizon.** Starts are bounded so the model stays small, without losing any schedule:
+
+- when a hold ``a -> r`` encloses the micro-batch (every other block starts after ``a`` and no
+  later than ``r`` in every schedule, or holds no memory and comes before ``a`` or after ``r``:
+  an embedding and its backward beside an enclosing stage), a hold of ``(W + 1) P`` or more
+  would alone exceed the capacity (``W``: the most whole periods its weight fits). A block
+  without memory before ``a`` can move a period later while each edge out of it has ``P`` of
+  slack, one after ``r`` a period earlier while each edge into it has: memory and residues stay
+  as they were. So each ends within ``g = max(t_a + lag) + P - 1`` of a block nearer ``a``
+  (``r``), and renaming puts ``a`` of copy ``j`` within ``[u g, u g + P)`` (``u`` blocks before
+  ``a``) and every start of the copy from 0 to ``u g + (W + 2) P + v g`` (``v`` blocks after
+  ``r``); on a chain of one stage per device ``a`` is the source and this is ``(W + 2) P``;
+- otherwise take a periodic schedule and, for a time ``tau`` after the source's start, the set
+  ``S`` of the copy's blocks starting at ``tau`` or later. It holds every block that depends on
+  one of its blocks, so moving all of ``S`` one period earlier keeps the residues (no overlap
+  changes), shortens the holds that end in ``S`` and lengthens none (a hold starting in ``S``
+  ends in ``S``); it keeps every dependency if each edge into ``S`` has ``P`` or more of slack.
+  Do so while possible (the starts' sum falls and the source, the anchor, never moves): then each ``tau``
+  has an edge into ``S`` with less than ``P`` of slack, so consecutive starts of a copy are at
+  most ``g`` apart. A block that starts after some hold's ``a`` and no
+  later than its ``r`` in every schedule ends a gap lying inside that hold, and a hold is at
+  most ``(W + 1) P - 1`` long. So the last start is within the sum, over holds, of the smaller of
+  that and ``g`` per block counted to them, plus ``g`` per other block, of the source's.
 
 On `bench/specs/real/memchain.tsl` (D = 8) it settles every period of two copies in a few seconds
 of CPU: 111 ms for two micro-batches, 55.5 each, where one copy needs 66 and the memory bound
@@ -36,18 +66,34 @@ says 47.
 """
 from __future__ import annotations
 
+from math import gcd
+
+from tessel_dsl.analysis import reachable
 from tessel_dsl.ir import Spec
+from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.compact import compact
 from tessel_dsl.search.copies import SEP
+from tessel_dsl.search.devchain import DeviceChain, Hold, device_chain
 from tessel_dsl.search.lags import lag
 from tessel_dsl.search.membound import chain_stage_blocks
 
 CHAIN_PERIOD_EFFORT = 5.0  # deterministic CP-SAT budget of one period's solve (about seconds of one core)
 CHAIN_WALK_EFFORT = 12.0   # ... and of the whole bisection, charged as used
+# Device chains beyond one stage per device are modelled up to this many blocks over all copies:
+# on the 32-stage 405B chain with embedding and head (136 blocks for two copies) no period was
+# settled within the budget of 12 deterministic units, which took about 70 s of CPU (`tessel
+# search` on it went from 18 to 86 s of CPU on a loaded machine, for the same plan).
+DEVICE_CHAIN_MAX_BLOCKS = 100
 
 
-def applies(spec: Spec) -> bool:
-    """Is `spec` a chain this model covers (one forward stage and its backward per device)?"""
-    return chain_stage_blocks(spec) is not None
+def applies(spec: Spec, copies: int | None = None) -> bool:
+    """Is `spec` a chain this model covers (a device chain, `devchain.py`)? With `copies`: and
+    is its model for that many copies small enough to be worth a solve (`DEVICE_CHAIN_MAX_BLOCKS`;
+    a chain of one stage per device is always tried)?"""
+    if device_chain(spec) is None:
+        return False
+    return (copies is None or copies * len(spec.blocks) <= DEVICE_CHAIN_MAX_BLOCKS
+            or chain_stage_blocks(spec) is not None)
 
 
 def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,
@@ -60,31 +106,30 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
     from tessel_dsl.search.solvers.cpsat_module import cp_model as _cp_model
 
     cp_model = _cp_model()
-    stages = chain_stage_blocks(spec)
-    if stages is None:
-        raise ValueError("solve_chain_period needs a chain (membound.chain_stage_blocks)")
-    if any(b.time > period for f, b, _ in stages for b in (f, b)):
+    chain = device_chain(spec)
+    if chain is None:
+        raise ValueError("solve_chain_period needs a device chain (devchain.device_chain)")
+    if any(b.time > period for b in spec.blocks):
         return "infeasible", None
-    count, k, p = len(stages), copies, period
-    limit = [spec.capacity(d) // f.memory for f, _, d in stages]  # micro-batches each stage holds
-    # A hold at least (limit + 1) periods long would alone exceed the limit, so every time of copy j
-    # lies within (limit_0 + 2) periods of time 0.
-    horizon = (limit[0] + 2) * p
+    k, p = copies, period
+    time = {b.name: b.time for b in spec.blocks}
+    # Each device's holds in units of their common divisor: a chain of one hold per device
+    # counts micro-batches (demand 1, capacity floor(C / h)).
+    unit = {d: gcd(*(h.weight for h in chain.holds if h.device == d)) or 1 for d in chain.devices}
+    limit = {d: spec.capacity(d) // unit[d] for d in chain.devices}
+    anchor, anchor_at, horizon = _frame(spec, chain, p, limit, unit)
     m = cp_model.CpModel()
-    x = [[m.new_int_var(0, horizon, f"x{j}_{s}") for s in range(count)] for j in range(k)]
-    y = [[m.new_int_var(0, horizon, f"y{j}_{s}") for s in range(count)] for j in range(k)]
-    fwd = [lag(spec, stages[s][0].name, stages[s + 1][0].name) for s in range(count - 1)]
-    bwd = [lag(spec, stages[s + 1][1].name, stages[s][1].name) for s in range(count - 1)]
+    x = [{n: m.new_int_var(0, horizon, f"x{j}_{i}") for i, n in enumerate(chain.forward)} for j in range(k)]
+    for j, i, n in ((j, i, n) for j in range(k) for i, n in enumerate(chain.backward)):
+        x[j][n] = m.new_int_var(0, horizon, f"y{j}_{i}")
     for j in range(k):
-        for s in range(count - 1):
-            m.add(x[j][s + 1] >= x[j][s] + stages[s][0].time + fwd[s])
-            m.add(y[j][s] >= y[j][s + 1] + stages[s + 1][1].time + bwd[s])
-        m.add(y[j][count - 1] >= x[j][count - 1] + stages[-1][0].time)
+        for a, b in chain.edges:
+            m.add(x[j][b] >= x[j][a] + time[a] + lag(spec, a, b))
         if j == 0:
-            m.add(x[0][0] == 0)
+            m.add(x[0][anchor] == anchor_at)
         else:
-            m.add(x[j][0] >= x[j - 1][0])
-            m.add(x[j][0] <= p - 1)
+            m.add(x[j][anchor] >= x[j - 1][anchor])
+            m.add(x[j][anchor] <= anchor_at + p - 1)
 
     def residue(value, name: str):
         q = m.new_int_var(0, horizon // p + 1, f"q_{name}")
@@ -92,45 +137,110 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
         m.add(value == p * q + r)
         return q, r
 
-    for s, (f, b, _) in enumerate(stages):
+    names = chain.forward + chain.backward
+    for d in chain.devices:
+        on = [n for n in names if spec.block(n).devices[0] == d]
+        mine = [(h, h.weight // unit[d]) for h in chain.holds if h.device == d]
         blocks, holds, demands, wraps = [], [], [], []
         for j in range(k):
-            for var, t, tag in ((x[j][s], f.time, "F"), (y[j][s], b.time, "B")):
-                _, r = residue(var, f"{tag}{j}_{s}")
-                blocks.append(m.new_fixed_size_interval_var(r, t, f"{tag}{j}_{s}"))
-                blocks.append(m.new_fixed_size_interval_var(r + p, t, f"{tag}{j}_{s}+P"))
-            length = m.new_int_var(0, horizon, f"hold{j}_{s}")
-            m.add(length == y[j][s] - x[j][s])
-            whole, part = residue(length, f"hold{j}_{s}")
-            _, at = residue(x[j][s], f"at{j}_{s}")
-            for shift in (0, p):
-                start = m.new_int_var(0, 2 * p, f"hs{j}_{s}_{shift}")
-                end = m.new_int_var(0, 3 * p, f"he{j}_{s}_{shift}")
-                m.add(start == at + shift)
-                m.add(end == start + part)
-                holds.append(m.new_interval_var(start, part, end, f"h{j}_{s}_{shift}"))
-                demands.append(1)
-            wraps.append(whole)
+            for n in on:
+                _, r = residue(x[j][n], f"{n}{SEP}{j}")
+                blocks.append(m.new_fixed_size_interval_var(r, time[n], f"{n}{SEP}{j}"))
+                blocks.append(m.new_fixed_size_interval_var(r + p, time[n], f"{n}{SEP}{j}+P"))
+            for i, (h, w) in enumerate(mine):
+                tag = f"{j}_{d}_{i}"
+                length = m.new_int_var(0, horizon, f"hold{tag}")
+                m.add(length == x[j][h.free] - x[j][h.alloc])
+                whole, part = residue(length, f"hold{tag}")
+                _, at = residue(x[j][h.alloc], f"at{tag}")
+                for shift in (0, p):
+                    start = m.new_int_var(0, 2 * p, f"hs{tag}_{shift}")
+                    end = m.new_int_var(0, 3 * p, f"he{tag}_{shift}")
+                    m.add(start == at + shift)
+                    m.add(end == start + part)
+                    holds.append(m.new_interval_var(start, part, end, f"h{tag}_{shift}"))
+                    demands.append(w)
+                wraps.append(whole if w == 1 else w * whole)
         m.add_no_overlap(blocks)
-        # Implied: the average number held over a period, sum of the holds over P, is at most the
-        # peak (it propagates far earlier than the cumulative).
-        m.add(sum(y[j][s] - x[j][s] for j in range(k)) <= limit[s] * p)
-        base = m.new_int_var(0, limit[s], f"whole_{s}")
+        if not mine:
+            continue
+        # Implied: the average held over a period, the holds' lengths times their weights over
+        # P, is at most the peak (it propagates far earlier than the cumulative).
+        m.add(sum(_weighted(w, x[j][h.free] - x[j][h.alloc]) for j in range(k) for h, w in mine) <= limit[d] * p)
+        base = m.new_int_var(0, limit[d], f"whole_{d}")
         m.add(base == sum(wraps))
-        holds.append(m.new_fixed_size_interval_var(0, 3 * p, f"base_{s}"))
+        holds.append(m.new_fixed_size_interval_var(0, 3 * p, f"base_{d}"))
         demands.append(base)
-        m.add_cumulative(holds, demands, limit[s])
+        m.add_cumulative(holds, demands, limit[d])
     status, solver = run_model(m, effort=effort, time_limit=time_limit)
     if spent is not None:
         spent[0] += solver.deterministic_time
     if status != "found":
         return status, None
-    starts = {}
-    for j in range(k):
-        for s, (f, b, _) in enumerate(stages):
-            starts[f"{f.name}{SEP}{j}"] = solver.value(x[j][s])
-            starts[f"{b.name}{SEP}{j}"] = solver.value(y[j][s])
-    return "feasible", starts
+    return "feasible", {f"{n}{SEP}{j}": solver.value(x[j][n]) for j in range(k) for n in names}
+
+
+def _weighted(w: int, expr):
+    return expr if w == 1 else w * expr
+
+
+def _frame(spec: Spec, chain: DeviceChain, p: int, limit: dict[int, int],
+           unit: dict[int, int]) -> tuple[str, int, int]:
+    """(anchor, its start in copy 0, a bound on every start): module text, "Horizon"."""
+    reach = reachable(spec)
+    whole = {h: limit[h.device] // (h.weight // unit[h.device]) for h in chain.holds}  # its most wraps
+    time = {b.name: b.time for b in spec.blocks}
+    gap = max(time[a] + lag(spec, a, b) for a, b in chain.edges) + p - 1
+    best = None
+    for h in chain.holds:
+        before = after = 0
+        for b in spec.blocks:
+            if b.name == h.alloc or _held(h, b.name, reach):
+                continue
+            if b.memory == 0 and h.alloc in reach[b.name]:
+                before += 1
+            elif b.memory == 0 and b.name in reach[h.free]:
+                after += 1
+            else:
+                break
+        else:
+            shift = before * gap
+            got = (h.alloc, shift, shift + (whole[h] + 2) * p + after * gap)
+            best = got if best is None or got[2] < best[2] else best
+    if best is not None:
+        return best
+    # each block after the source ends one gap; a hold's blocks end gaps within its interval
+    group: dict[Hold, int] = {}
+    free = 0
+    ranked = sorted(chain.holds, key=lambda h: -sum(1 for b in spec.blocks if _held(h, b.name, reach)))
+    for b in spec.blocks:
+        if b.name == chain.source:
+            continue
+        h = next((h for h in ranked if _held(h, b.name, reach)), None)
+        if h is None:
+            free += 1
+        else:
+            group[h] = group.get(h, 0) + 1
+    span = free * gap + sum(min((whole[h] + 1) * p - 1, count * gap) for h, count in group.items())
+    return chain.source, 0, p + span
+
+
+def _held(h: Hold, name: str, reach: dict[str, frozenset[str]]) -> bool:
+    """Does every schedule start `name` after `h.alloc` and no later than `h.free`?"""
+    return name in reach[h.alloc] and (name == h.free or h.free in reach[name])
+
+
+def periodic_schedule(spec: Spec, starts: dict[str, int], copies: int, period: int, n: int,
+                      name: str = "periodic") -> Schedule:
+    """The first `n` micro-batches of the periodic schedule (micro-batch ``copies * m + j`` runs
+    ``b`` at ``starts["b@j"] + m * period``), each block then as early as its device's order
+    allows. Valid whenever the periodic schedule is: dropping whole micro-batches never adds
+    memory, and keeping each device's order keeps its running sums."""
+    slots = []
+    for mb in range(n):
+        m, j = divmod(mb, copies)
+        slots += [Slot(starts[f"{b.name}{SEP}{j}"] + m * period, b.name, mb) for b in spec.blocks]
+    return Schedule(n, compact(spec, sorted(slots)), name=name)
 
 
 def chain_period_search(spec: Spec, copies: int, low: int, high: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,

@@ -1,0 +1,133 @@
+"""Device chains (search/devchain.py) and the exact k-copy model over them (search/chaincycle.py):
+chains with an embedding on the first device and a head on the last, with whole and split
+backward. The periods the model settles are checked against the memory bound (membound.py) and
+against the general cyclic model of the unrolled spec (modulo.py), which shares no code with it;
+its schedules against the validator and the simulator, and the search using two copies."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from tessel_dsl.lang.parser import parse, parse_file
+from tessel_dsl.plan import make_plan
+from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.chaincycle import applies, solve_chain_period
+from tessel_dsl.search.compact import compact
+from tessel_dsl.search.copies import SEP, unroll
+from tessel_dsl.search.devchain import Hold, device_chain
+from tessel_dsl.search.membound import memory_period_bound
+from tessel_dsl.search.modulo import solve_period
+from tessel_dsl.simulator import simulate
+from tessel_dsl.validate import validate
+from tests.paths import ROOT
+
+# bench/specs/uneven_chain.tsl with an embedding E before F0 on device 0 and a head H after F3
+# on device 3 (one more unit of memory there for H's activation).
+EMBED_HEAD = """placement uneven_eh
+devices 4
+memory 2
+memory 3 on 3
+microbatches 32
+mode train
+forward E on 0 time 1 memory 0
+forward F0 on 0 time 1 memory 1
+forward F1 on 1 time 2 memory 1
+forward F2 on 2 time 1 memory 1
+forward F3 on 3 time 2 memory 1
+forward H on 3 time 1 memory 1
+E -> chain(F{i} for i in 0..3) -> H
+derive backward time 2x
+"""
+
+
+def split_backward() -> str:
+    """The same shape with split backward: I frees nothing, W all; E has a weight gradient only."""
+    lines = ["placement uneven_eh_zb", "devices 4", "memory 2", "memory 3 on 3", "microbatches 32", "mode train",
+             "forward E on 0 time 1 memory 0", "weight_grad EW of E time 1"]
+    stages = [("0", 0, 2), ("1", 1, 3), ("2", 2, 2), ("3", 3, 2), ("H", 3, 1)]
+    for s, d, t in stages:
+        name = "H" if s == "H" else f"F{s}"
+        lines += [f"forward {name} on {d} time {t} memory 1", f"input_grad I{s} of {name} time {t}",
+                  f"weight_grad W{s} of {name} time {t} memory -1", f"I{s} -> W{s}"]
+    lines += ["I0 -> EW", "E -> chain(F{i} for i in 0..3) -> H -> IH -> chain(I{3-i} for i in 0..3)"]
+    return "\n".join(lines) + "\n"
+
+
+def _periodic(spec, starts: dict[str, int], copies: int, period: int, n: int) -> Schedule:
+    """Micro-batch ``copies * m + j`` runs block ``b`` at ``starts["b@j"] + m * period``, each
+    block then as early as the order on its device allows (as the simulator runs it)."""
+    slots = []
+    for mb in range(n):
+        m, j = divmod(mb, copies)
+        slots += [Slot(starts[f"{b.name}{SEP}{j}"] + m * period, b.name, mb) for b in spec.blocks]
+    return Schedule(n, compact(spec, sorted(slots)), name="periodic")
+
+
+def _modulo(spec, copies: int, period: int) -> str:
+    """The general cyclic model of the spec unrolled `copies` times, up to 16 instances in flight."""
+    return solve_period(unroll(spec, copies), period, 16, "cpsat", None)[0]
+
+
+def test_embedding_and_head_make_a_device_chain():
+    spec = parse(EMBED_HEAD)
+    chain = device_chain(spec)
+    assert chain.forward == ("E", "F0", "F1", "F2", "F3", "H") and chain.devices == (0, 1, 2, 3)
+    assert set(chain.holds) == {Hold(0, "F0", "B0", 1), Hold(1, "F1", "B1", 1), Hold(2, "F2", "B2", 1),
+                                Hold(3, "F3", "B3", 1), Hold(3, "H", "HB", 1)}
+    split = device_chain(parse(split_backward()))
+    assert Hold(0, "F0", "W0", 1) in split.holds and len(split.holds) == 5  # I frees nothing here
+    # the one-stage-per-device chains of before stay covered; interleaved chunks and blocks on
+    # every device do not
+    assert applies(parse_file(ROOT / "bench/specs/uneven_chain.tsl"))
+    assert not applies(parse_file(ROOT / "specs/interleaved.tsl"))
+    assert not applies(parse_file(ROOT / "specs/mshape.tsl"))
+
+
+def test_embed_head_chain_two_copies_reach_the_memory_bound():
+    # Device 0 holds two micro-batches; one holds it from the start of F0 to the start of B0 plus
+    # B0 itself: 1+2+1+2+1 + 2+4+2+4+2 = 21, so no schedule repeats faster than 21 per two
+    # micro-batches (membound.py). One copy needs 12 (the cyclic model of modulo.py agrees);
+    # two copies reach 21, 10.5 each.
+    spec = parse(EMBED_HEAD)
+    assert memory_period_bound(spec) == Fraction(21, 2)
+    assert solve_chain_period(spec, 1, 12)[0] == "feasible" and _modulo(spec, 1, 12) == "optimal"
+    assert solve_chain_period(spec, 1, 11)[0] == "infeasible" and _modulo(spec, 1, 11) == "infeasible"
+    status, starts = solve_chain_period(spec, 2, 21)
+    assert status == "feasible" and _modulo(spec, 2, 21) == "optimal"
+    assert solve_chain_period(spec, 2, 21) == (status, starts)  # deterministic
+    assert solve_chain_period(spec, 2, 20)[0] == "infeasible"  # below the bound
+    sched = _periodic(spec, starts, 2, 21, 24)
+    validate(spec, sched)
+    report = simulate(make_plan(spec, sched))
+    assert report.ok and report.makespan == sched.makespan(spec)
+
+
+def test_split_backward_chain_two_copies_beat_one():
+    # Stage times 2, 3, 2, 2 + head 1, I and W as long as the forward; W frees the activation.
+    # Device 0 (two micro-batches) holds one from F0 to W0: the bound is 11 per micro-batch.
+    spec = parse(split_backward())
+    assert memory_period_bound(spec) == 11
+    assert solve_chain_period(spec, 1, 12)[0] == "feasible" and _modulo(spec, 1, 12) == "optimal"
+    assert solve_chain_period(spec, 1, 11)[0] == "infeasible" and _modulo(spec, 1, 11) == "infeasible"
+    status, starts = solve_chain_period(spec, 2, 23)  # 11.5 per micro-batch
+    assert status == "feasible" and _modulo(spec, 2, 23) == "optimal"
+    assert solve_chain_period(spec, 2, 21)[0] == "infeasible"  # below the bound
+    sched = _periodic(spec, starts, 2, 23, 24)
+    validate(spec, sched)
+    report = simulate(make_plan(spec, sched))
+    assert report.ok and report.makespan == sched.makespan(spec)
+
+
+def test_search_uses_two_copies_on_an_embed_head_chain():
+    # At N = 32 the two-copy repetend (21 per two micro-batches) beats one copy (12 each) and
+    # memory-capped 1F1B; the plan validates and the simulator runs it at the search's makespan.
+    from tessel_dsl.search.baselines import build
+    from tessel_dsl.search.driver import search
+
+    spec = parse(EMBED_HEAD)
+    r = search(spec, microbatches=32)
+    validate(spec, r.schedule)
+    assert r.info.repetend_copies == 2 and r.info.period == 21 and r.info.period_proven
+    assert r.schedule.makespan(spec) < build(spec, "1f1b-capped", 32).makespan(spec)
+    assert r.schedule.makespan(spec) >= r.info.makespan_bound
+    report = simulate(make_plan(spec, r.schedule))
+    assert report.ok and report.makespan == r.schedule.makespan(spec)
