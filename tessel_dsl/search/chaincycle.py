@@ -86,14 +86,16 @@ CHAIN_WALK_EFFORT = 12.0   # ... and of the whole bisection, charged as used
 DEVICE_CHAIN_MAX_BLOCKS = 100
 
 
-def applies(spec: Spec, copies: int | None = None) -> bool:
+def applies(spec: Spec, copies: int | None = None, device_chains: bool = True) -> bool:
     """Is `spec` a chain this model covers (a device chain, `devchain.py`)? With `copies`: and
     is its model for that many copies small enough to be worth a solve (`DEVICE_CHAIN_MAX_BLOCKS`;
-    a chain of one stage per device is always tried)?"""
-    if device_chain(spec) is None:
+    a chain of one stage per device is always tried)? Without `device_chains`, only chains of
+    one stage per device count."""
+    if chain_stage_blocks(spec) is not None:
+        return True
+    if not device_chains or device_chain(spec) is None:
         return False
-    return (copies is None or copies * len(spec.blocks) <= DEVICE_CHAIN_MAX_BLOCKS
-            or chain_stage_blocks(spec) is not None)
+    return copies is None or copies * len(spec.blocks) <= DEVICE_CHAIN_MAX_BLOCKS
 
 
 def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,

@@ -166,7 +166,8 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
         result = _search(base, n, solver=solver, method=method, clock=clock, progress=progress, find=find)
     if result.info.method != "baseline" or not result.info.proven:  # at the makespan bound: nothing to win
         result = with_copies(base, n, result, search_one=_search, find_repetend=find_repetend, solver=solver,
-                             method=method, clock=clock, progress=progress, per_mb_cap=cap)
+                             method=method, clock=clock, progress=progress, per_mb_cap=cap,
+                             device_chains=effort > 0)
     if effort > 0:
         from tessel_dsl.search.refine import polish
 

@@ -26,14 +26,16 @@ CHAIN_MAX_COPIES = 2     # on a device chain the small exact model of `chaincycl
 
 def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callable[..., SearchResult],
                 find_repetend: Callable[..., tuple], solver: str, method: str, clock: Clock,
-                progress: Callable[[Progress], None] | None, per_mb_cap: int | None = None) -> SearchResult:
+                progress: Callable[[Progress], None] | None, per_mb_cap: int | None = None,
+                device_chains: bool = False) -> SearchResult:
     """Try repetends holding each block k = 2 .. MAX_COPIES times (`copies.py`) when the one-copy
     period is above the lower bound (at the bound no k can do better per micro-batch); keep the
     schedule with the shortest makespan for this N (ties keep the one-copy schedule, which the
     plan can re-extend to other N). `search_one` is the one-copy search (`driver._search`) and
     `find_repetend` its repetend finder (`driver.find_repetend`), passed in so that this module
     imports nothing from the driver that calls it. `per_mb_cap` (optional): only periods per
-    micro-batch below it can beat the best plan in hand (`incumbent.useful_cap`)."""
+    micro-batch below it can beat the best plan in hand (`incumbent.useful_cap`). `device_chains`:
+    also use the exact chain model on device chains beyond one stage per device (`devchain.py`)."""
     from tessel_dsl.search.copies import fold, unroll
 
     info = result.info
@@ -49,7 +51,10 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     # `period_floor`, a proven bound) settles every one-copy period below the cap.
     kept_baseline = info.method == "baseline"
     proven_all, tried = info.period_proven or (kept_baseline and per_mb_cap is not None), 1
-    chain = applies(spec, CHAIN_MAX_COPIES)
+    # Device chains beyond one stage per device (an embedding or a head beside a stage, split
+    # backward) only with `device_chains` (`tessel search --effort`): their model costs tens of
+    # seconds of CPU on an 8-stage chain and, on the zoo's memory-bound chains, found no shorter plan.
+    chain = applies(spec, CHAIN_MAX_COPIES, device_chains)
     unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
         left = clock.left()
