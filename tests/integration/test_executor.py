@@ -203,20 +203,6 @@ def test_the_gpu_side_imports_only_torch_and_the_plan(tmp_path):
     assert out.stdout.strip().endswith("ok")
 
 
-def test_torchrun_entry_point(tmp_path):
-    spec = shapes.vshape(2, microbatches=2)
-    save_plan(plan_for(spec, "1f1b", 2), tmp_path / "plan.json")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "tessel_dsl.executor", str(tmp_path / "plan.json"), "--model", "tessel_dsl.executor.models.chain:factory",
-           "--json", "--trace", str(tmp_path / "trace.json"), "--timeout", "60"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
-    assert summary["devices"] == 2 and summary["loss"] is not None
-    assert (tmp_path / "trace.json").exists()
-
-
 def test_tessel_run_cli_on_a_spec_and_on_bad_input(tmp_path, capsys):
     """`tessel run` through the command line's entry point, in this process (its ranks are forked
     from it, as from a `tessel` process; test_torchrun_entry_point and the process-boundary tests
