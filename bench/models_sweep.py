@@ -1,6 +1,7 @@
 """Every shipped model on 2 and on 4 gloo ranks, each checked against one process: the full sweep
-behind tests/integration/test_models.py, which runs each model and shape once (training on 4
-ranks, inference on 2). Prints one row per case: whether the pipelined step matched one process
+behind tests/integration/test_models.py, which runs a sample of its cases (one training case per
+model on 4 ranks, two inference cases on 2; bench/heavy/test_models_rest.py runs the others at
+those rank counts). Prints one row per case: whether the pipelined step matched one process
 (loss and every gradient, or every sink output, within 1e-5 relative) and its seconds.
 
     python bench/models_sweep.py                 # all 24 cases (minutes on 2 cores)

@@ -1,8 +1,10 @@
-"""bench/gpu_split.py's check on the CPU: at tiny sizes in fp32 it runs every layer kind through the
-executor's split backward and one whole backward, and the two give the same gradients."""
+"""bench/gpu_split.py's check on the CPU: at tiny sizes in fp32 it runs a layer kind through the
+executor's split backward and one whole backward, and the two give the same gradients. The suite
+runs the script on the plain chain's layers; bench/heavy/test_gpu_split.py runs every kind (the
+GPT's layers, a Hugging Face Llama layer), whose split gradients tests/unit/test_split_backward.py
+checks in-process."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,10 +17,8 @@ from tests.paths import ROOT
 pytest.importorskip("torch")
 
 
-@pytest.mark.slow
-def test_gpu_split_tiny_times_every_kind_and_its_split_gradients_match_the_whole_backward(tmp_path):
-    # The Hugging Face layer needs transformers, which the development environment has.
-    kinds = ["chain", "gpt"] + (["llama"] if importlib.util.find_spec("transformers") else [])
+def check_gpu_split(tmp_path, kinds: list[str]) -> None:
+    """Run bench/gpu_split.py --tiny on `kinds` and check its JSON and table."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")  # tiny layers: one thread
     out = subprocess.run([sys.executable, "bench/gpu_split.py", "--tiny", "--kinds", ",".join(kinds),
                           "--reps", "2", "--warmup", "1", "--out", str(tmp_path)],
@@ -33,3 +33,8 @@ def test_gpu_split_tiny_times_every_kind_and_its_split_gradients_match_the_whole
         assert r["params"] > 0 and all(r["ms"][p] > 0 for p in ("F", "I", "W", "IW", "B")), (kind, r)
     table = (tmp_path / "gpu_split.md").read_text()
     assert all(f"| {kind} (" in table for kind in kinds)
+
+
+@pytest.mark.slow
+def test_gpu_split_tiny_times_the_chain_and_its_split_gradients_match_the_whole_backward(tmp_path):
+    check_gpu_split(tmp_path, ["chain"])

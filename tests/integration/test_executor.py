@@ -203,33 +203,26 @@ def test_the_gpu_side_imports_only_torch_and_the_plan(tmp_path):
     assert out.stdout.strip().endswith("ok")
 
 
-def test_torchrun_entry_point(tmp_path):
-    spec = shapes.vshape(2, microbatches=2)
-    save_plan(plan_for(spec, "1f1b", 2), tmp_path / "plan.json")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "tessel_dsl.executor", str(tmp_path / "plan.json"), "--model", "tessel_dsl.executor.models.chain:factory",
-           "--json", "--trace", str(tmp_path / "trace.json"), "--timeout", "60"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
-    assert summary["devices"] == 2 and summary["loss"] is not None
-    assert (tmp_path / "trace.json").exists()
+def test_tessel_run_cli_on_a_spec_and_on_bad_input(tmp_path, capsys):
+    """`tessel run` through the command line's entry point, in this process (its ranks are forked
+    from it, as from a `tessel` process; test_torchrun_entry_point and the process-boundary tests
+    above start fresh interpreters)."""
+    from tessel_dsl.cli import main
 
-
-def test_tessel_run_cli_on_a_spec_and_on_bad_input(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "tessel_dsl.cli", "run", str(SPECS / "mshape.tsl"), "--set", "D=2",
-           "--set", "N=4", "--model", "tessel_dsl.executor.models.gpt:factory", "--json", "--steps", "1", "--warmup", "0",
-           "--trace", str(tmp_path / "t.json")]
-    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-2000:]
-    s = json.loads(out.stdout)
+    args = ["run", str(SPECS / "mshape.tsl"), "--set", "D=2", "--set", "N=4", "--model",
+            "tessel_dsl.executor.models.gpt:factory", "--json", "--steps", "1", "--warmup", "0",
+            "--trace", str(tmp_path / "t.json")]
+    with pytest.raises(SystemExit) as done:
+        main(args)
+    out = capsys.readouterr()
+    assert done.value.code in (0, None), out.err[-2000:]
+    s = json.loads(out.out)
     assert s["devices"] == 2 and s["microbatches"] == 4 and s["loss"] > 0
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
-    bad = subprocess.run(cmd[:9] + ["--model", "nope"], env=env, cwd=tmp_path, capture_output=True, text=True,
-                         timeout=240)
-    assert bad.returncode == 1 and "MODULE:FACTORY" in bad.stderr and "Traceback" not in bad.stderr
+    with pytest.raises(SystemExit) as bad:
+        main(args[:6] + ["--model", "nope"])
+    out = capsys.readouterr()
+    assert bad.value.code == 1 and "MODULE:FACTORY" in out.err and "Traceback" not in out.err
 
 
 def test_link_options_only_apply_to_nccl(monkeypatch):

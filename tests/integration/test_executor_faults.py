@@ -67,7 +67,8 @@ def test_bad_model_references(ref, match):
         executor.run(plan(), ref, timeout=20)
 
 
-@pytest.mark.parametrize("start", ["fork", "spawn"])
+# Forked ranks here; bench/heavy/test_faults_spawn.py runs the same with spawned ones.
+@pytest.mark.parametrize("start", ["fork"])
 def test_a_killed_rank_is_named_without_a_library_traceback(monkeypatch, start):
     monkeypatch.setenv("TESSEL_START", start)
     with pytest.raises(ExecutionError) as err:

@@ -1,12 +1,19 @@
 """docs/plan.md's "From a Hugging Face model to training", run as written: the code it shows is
 the example's files, its `tessel plan` command plans the tiny Llama, and both training scripts
 (Tessel's and torch.distributed.pipelining's) run on 2 gloo ranks and print the losses the page
-states; the line counts in its table are the files'."""
+states; the line counts in its table are the files'.
+
+The command runs through the CLI's entry point in this process, and each script on ranks forked
+from it (`run_ranks` sets the environment torchrun sets), so neither pays a fresh torch and
+transformers import: that was most of this test's time. `bench/check_heavy.py` runs the same
+section under real `tessel` and `torchrun` processes."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
@@ -37,17 +44,19 @@ def _losses(output: str) -> list[str]:
     return [got[k] for k in sorted(got)]
 
 
-def _torchrun(script: Path, cwd: Path, env: dict, only: str | None = None) -> str:
-    """The script's output on 2 ranks; `only`: the one rank whose output to keep (where every rank
-    prints the same lines, two ranks' prints can interleave on one line)."""
-    shown = ["--local-ranks-filter", only] if only else []
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", *shown, str(script)],
-                       cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return r.stdout
+def _script_rank(script: str, cwd: str) -> str:
+    """One rank: the script run as `__main__` from `cwd`, with the example folder importable (as
+    on the page's PYTHONPATH); what it printed."""
+    os.chdir(cwd)
+    sys.path.insert(0, str(EXAMPLE))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(EXAMPLE / script), run_name="__main__")
+    return out.getvalue()
 
 
-def test_the_pages_model_command_and_scripts_run_as_shown(tmp_path):
+def _page_and_files():
+    """The page's code blocks, line counts and stated losses, checked against the files."""
     page = _section()
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     assert [b.rstrip() for b in blocks] == [(EXAMPLE / f).read_text().rstrip()
@@ -56,13 +65,24 @@ def test_the_pages_model_command_and_scripts_run_as_shown(tmp_path):
     assert (ours, theirs) == (_nonblank(EXAMPLE / "tessel_train.py"), _nonblank(EXAMPLE / "torch_train.py"))
     assert 1 + ours < theirs
     stated = re.search(r"printed the losses\s+([\d.]+), ([\d.]+), ([\d.]+)", page).groups()
-
     command = re.search(r"```\n(tessel plan [^\n]*)\n```", page).group(1)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(EXAMPLE)]), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "tessel_dsl.cli", *command.split()[1:]], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return command, list(stated)
+
+
+def test_the_pages_model_command_and_scripts_run_as_shown(tmp_path, monkeypatch):
+    from tessel_dsl.cli import main
+    from tessel_dsl.executor.local_ranks import run_ranks
+
+    command, stated = _page_and_files()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.delitem(sys.modules, "tinymodels", raising=False)
+    with pytest.raises(SystemExit) as done:
+        main(command.split()[1:])
+    assert done.value.code in (0, None)
     assert {"plan.json", "plan.tsl", "plan.blocks.json"} <= {p.name for p in tmp_path.iterdir()}
     # every rank of tessel_train.py prints the losses; torch_train.py's last stage alone does
-    for script, only in (("tessel_train.py", "0"), ("torch_train.py", None)):
-        assert _losses(_torchrun(EXAMPLE / script, tmp_path, env, only)) == list(stated), script
+    ours = run_ranks(_script_rank, 2, "tessel_train.py", str(tmp_path), timeout=300)
+    assert [_losses(o) for o in ours] == [stated, stated]
+    theirs = run_ranks(_script_rank, 2, "torch_train.py", str(tmp_path), timeout=300)
+    assert _losses("".join(theirs)) == stated

@@ -8,10 +8,13 @@ from tessel_dsl.lang.parser import parse
 from tests.unit.test_profile import CHAIN, _cli, factory
 
 
-def test_cli_profile_bad_model_is_a_red_error(tmp_path):
+def test_cli_profile_bad_model_is_a_red_error(tmp_path, capsys):
+    from tests.helpers import run_cli
+
     (tmp_path / "chain.tsl").write_text(CHAIN)
-    res = _cli("profile", "--model", "nope", str(tmp_path / "chain.tsl"), "-o", str(tmp_path / "o.tsl"))
-    assert res.returncode == 1 and "MODULE:FACTORY" in res.stderr and "Traceback" not in res.stderr
+    code, _out, err = run_cli(capsys, "profile", "--model", "nope", str(tmp_path / "chain.tsl"), "-o",
+                              str(tmp_path / "o.tsl"))  # in this process: a fresh one only adds the torch import
+    assert code == 1 and "MODULE:FACTORY" in err and "Traceback" not in err
     assert not (tmp_path / "o.tsl").exists()
 
 

@@ -27,9 +27,22 @@ def _chain_v(n: int = 6):
     return replace(spec, blocks=blocks, memory=28, link=Link(3.0, 0.0))
 
 
-def test_effort_finds_a_shorter_schedule_that_keeps_every_lag():
+def test_effort_finds_a_shorter_schedule_that_keeps_every_lag(monkeypatch):
+    # The search without effort is the search with effort up to the polish, which it hands the
+    # result it would return (deterministic): taken there, it is not searched twice.
+    from tessel_dsl.search import refine
+
+    handed = []
+    original = refine.polish
+
+    def spy(spec, result, **kw):
+        handed.append(result)
+        return original(spec, result, **kw)
+
+    monkeypatch.setattr(refine, "polish", spy)
     spec = _chain_v()
-    plain, polished = search(spec), search(spec, effort=5)
+    polished = search(spec, effort=5)
+    [plain] = handed
     assert plain.schedule.makespan(spec) == 676
     assert polished.schedule.makespan(spec) == 666  # strictly shorter, and said so
     assert any(x.kind == "polished" for x in polished.info.notes)

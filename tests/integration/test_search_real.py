@@ -81,14 +81,17 @@ def test_memory_bound_chain_as_a_user_writes_it():
     assert spec.devices == 8 and _busiest(spec) == 45
     # The search proper: the default stops at capped 1F1B with its ends re-solved, since no
     # one-copy repetend can be below 66 and only one below 54 could beat it (search/incumbent.py).
-    result = search(spec, method="modulo")
+    # N = 12 rather than the spec's 24: the same repetends and proofs, half the schedule to
+    # re-solve at the ends (bench/search_real.py runs the spec's own N).
+    n = 12
+    result = search(spec, method="modulo", microbatches=n)
     info, sched = result.info, result.schedule
     validate(spec, sched)
     assert info.memory_bound == 47 and info.lower_bound == 45
     assert info.period == 66 and info.period_proven
-    # Two copies repeat every 111 ms (55.5 each, search/chaincycle.py), but at N = 24 the
+    # Two copies repeat every 111 ms (55.5 each, search/chaincycle.py), but at N = 12 the
     # finished baseline order is shorter: 66 is then proven only among one-copy repetends.
     assert info.copies == 1 and "2 times has period 111 (55.5 per micro-batch)" in render(info.notes)
     assert sched.makespan(spec) >= info.makespan_bound
     for name in ("1f1b-capped", "gpipe", "1f1b"):
-        assert sched.makespan(spec) <= build(spec, name).makespan(spec)
+        assert sched.makespan(spec) <= build(spec, name, n).makespan(spec)

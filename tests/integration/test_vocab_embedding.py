@@ -3,9 +3,6 @@ table's, and each rank's table gradient has only its own rows and equals that sl
 single-process gradient (DTensor's RowwiseParallel builds the whole table's gradient instead)."""
 from __future__ import annotations
 
-import os
-import tempfile
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -21,29 +18,27 @@ def _reference():
     return table, tokens, weights
 
 
-def _worker(rank: int, init: str, out: str) -> None:
+def _worker() -> dict:
+    """One rank (forked by `run_ranks`, which sets torchrun's environment)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     from tessel_dsl.executor.models.common import vocab_parallel_embedding
 
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (2,))
     table, tokens, weights = _reference()
     sharded = vocab_parallel_embedding(table, mesh)
     y = sharded(tokens)
     (y * weights).sum().backward()
     grad = sharded.weight.grad
-    torch.save({"y": y.detach(), "grad": grad.to_local(), "lo": sharded.lo}, os.path.join(out, f"{rank}.pt"))
-    dist.destroy_process_group()
+    return {"y": y.detach(), "grad": grad.to_local().detach().clone(), "lo": sharded.lo}
 
 
 def test_lookup_is_whole_and_gradient_holds_only_local_rows():
-    import torch.multiprocessing as mp
+    from tessel_dsl.executor.local_ranks import run_ranks
 
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(os.path.join(tmp, "init"), tmp), nprocs=2, join=True)
-        got = [torch.load(os.path.join(tmp, f"{r}.pt")) for r in range(2)]
+    got = run_ranks(_worker, 2, timeout=120)
     table, tokens, weights = _reference()
     y = table(tokens)
     (y * weights).sum().backward()
