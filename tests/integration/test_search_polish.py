@@ -46,6 +46,8 @@ def test_effort_finds_a_shorter_schedule_that_keeps_every_lag(monkeypatch):
     assert plain.schedule.makespan(spec) == 676
     assert polished.schedule.makespan(spec) == 666  # strictly shorter, and said so
     assert any(x.kind == "polished" for x in polished.info.notes)
+    # 666 is the stated makespan bound, lags counted (bounds.py): the polish proved it shortest.
+    assert polished.info.makespan_bound == 666 and polished.info.proven and not plain.info.proven
     start = {(s.block, s.mb): s.start for s in polished.schedule.slots}
     for (a, b), lag in edge_lags(spec).items():
         assert all(start[(b, mb)] >= start[(a, mb)] + spec.block(a).time + lag for mb in range(6))
