@@ -89,16 +89,8 @@ def test_embed_head_chain_two_copies_reach_the_memory_bound():
     # two copies reach 21, 10.5 each.
     spec = parse(EMBED_HEAD)
     assert memory_period_bound(spec) == Fraction(21, 2)
-    assert solve_chain_period(spec, 1, 12)[0] == "feasible" and _modulo(spec, 1, 12) == "optimal"
-    assert solve_chain_period(spec, 1, 11)[0] == "infeasible" and _modulo(spec, 1, 11) == "infeasible"
-    status, starts = solve_chain_period(spec, 2, 21)
-    assert status == "feasible" and _modulo(spec, 2, 21) == "optimal"
-    assert solve_chain_period(spec, 2, 21) == (status, starts)  # deterministic
-    assert solve_chain_period(spec, 2, 20)[0] == "infeasible"  # below the bound
-    sched = _periodic(spec, starts, 2, 21, 24)
-    validate(spec, sched)
-    report = simulate(make_plan(spec, sched))
-    assert report.ok and report.makespan == sched.makespan(spec)
+    starts = _one_then_two_copies(spec, one=12, two=21, below=20)
+    assert solve_chain_period(spec, 2, 21) == ("feasible", starts)  # deterministic
 
 
 def test_split_backward_chain_two_copies_beat_one():
@@ -106,15 +98,7 @@ def test_split_backward_chain_two_copies_beat_one():
     # Device 0 (two micro-batches) holds one from F0 to W0: the bound is 11 per micro-batch.
     spec = parse(split_backward())
     assert memory_period_bound(spec) == 11
-    assert solve_chain_period(spec, 1, 12)[0] == "feasible" and _modulo(spec, 1, 12) == "optimal"
-    assert solve_chain_period(spec, 1, 11)[0] == "infeasible" and _modulo(spec, 1, 11) == "infeasible"
-    status, starts = solve_chain_period(spec, 2, 23)  # 11.5 per micro-batch
-    assert status == "feasible" and _modulo(spec, 2, 23) == "optimal"
-    assert solve_chain_period(spec, 2, 21)[0] == "infeasible"  # below the bound
-    sched = _periodic(spec, starts, 2, 23, 24)
-    validate(spec, sched)
-    report = simulate(make_plan(spec, sched))
-    assert report.ok and report.makespan == sched.makespan(spec)
+    _one_then_two_copies(spec, one=12, two=23, below=21)  # two copies: 11.5 per micro-batch
 
 
 def test_search_uses_two_copies_on_an_embed_head_chain():
@@ -132,3 +116,20 @@ def test_search_uses_two_copies_on_an_embed_head_chain():
     assert r.schedule.makespan(spec) >= r.info.makespan_bound
     report = simulate(make_plan(spec, r.schedule))
     assert report.ok and report.makespan == r.schedule.makespan(spec)
+
+
+def _one_then_two_copies(spec, *, one: int, two: int, below: int):
+    """One copy needs period `one` (one less is infeasible), two copies reach `two` and not
+    `below`, each checked against modulo.py's cyclic model on the unrolled spec; the two-copy
+    periodic schedule cut to 24 micro-batches validates and simulates at its makespan. Returns
+    the two-copy starts."""
+    assert solve_chain_period(spec, 1, one)[0] == "feasible" and _modulo(spec, 1, one) == "optimal"
+    assert solve_chain_period(spec, 1, one - 1)[0] == "infeasible" and _modulo(spec, 1, one - 1) == "infeasible"
+    status, starts = solve_chain_period(spec, 2, two)
+    assert status == "feasible" and _modulo(spec, 2, two) == "optimal"
+    assert solve_chain_period(spec, 2, below)[0] == "infeasible"
+    sched = _periodic(spec, starts, 2, two, 24)
+    validate(spec, sched)
+    report = simulate(make_plan(spec, sched))
+    assert report.ok and report.makespan == sched.makespan(spec)
+    return starts
