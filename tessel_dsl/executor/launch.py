@@ -96,6 +96,7 @@ def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
     on their import path: see `_BOOT`), so nothing of the caller's process -- a CLI, a test
     runner -- is re-imported or inherited."""
     world = check_plan(plan) * opts.replicas
+    _check_settings()
     if nproc is not None and nproc != world:
         raise ExecutionError(f"the plan places blocks on {plan.spec.devices} devices x {opts.replicas} replica(s) "
                              f"= {world} ranks, but --nproc is {nproc}")
@@ -131,6 +132,18 @@ def spawn(plan: Plan, opts: Options, nproc: int | None = None) -> RunReport:
                     p.wait(5)
                 except subprocess.TimeoutExpired:
                     pass
+
+
+def _check_settings() -> None:
+    """The executor's environment settings, read before any rank starts: a bad value is one
+    error here rather than every rank dying on it."""
+    from tessel_dsl.executor.comm import comm_streams_mode, recv_post_mode
+
+    try:
+        recv_post_mode()
+        comm_streams_mode()
+    except ValueError as e:
+        raise ExecutionError(str(e)) from None
 
 
 def _model_root(model: str) -> list[str]:

@@ -109,3 +109,16 @@ def test_an_unknown_stream_mode_is_refused(monkeypatch):
     monkeypatch.setenv("TESSEL_COMM_STREAMS", "many")
     with pytest.raises(ValueError, match="TESSEL_COMM_STREAMS"):
         comm.comm_streams_mode()
+
+
+def test_a_bad_setting_is_one_error_before_any_rank_starts(monkeypatch):
+    from tessel_dsl.errors import ExecutionError
+    from tessel_dsl.executor import launch
+
+    monkeypatch.setenv("TESSEL_COMM_STREAMS", "many")
+    with pytest.raises(ExecutionError, match="TESSEL_COMM_STREAMS must be one of one, link"):
+        launch._check_settings()
+    monkeypatch.setenv("TESSEL_COMM_STREAMS", "link")
+    monkeypatch.setenv("TESSEL_RECV_POST", "soon")
+    with pytest.raises(ExecutionError, match="TESSEL_RECV_POST"):
+        launch._check_settings()
