@@ -632,11 +632,14 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
     from gpu_common import write_results
 
     from tessel_dsl.executor.comm import comm_streams_mode, recv_post_mode
+    from tessel_dsl.executor.copy_links import transport_mode
     from tessel_dsl.executor.groups import P2P_MAX_CTAS
 
     res["p2p_max_ctas"] = os.environ.get("TESSEL_P2P_MAX_CTAS", P2P_MAX_CTAS)
     res["recv_post"], res["comm_streams"] = recv_post_mode(), comm_streams_mode()
-    lines.insert(1, f"TESSEL_P2P_MAX_CTAS={res['p2p_max_ctas']} (thread blocks of each point-to-point link; 0: NCCL's "
+    res["transport"] = transport_mode()
+    lines.insert(1, f"TESSEL_TRANSPORT={res['transport']} (nccl: NCCL's send and receive; copy: copy-engine slots), "
+                    f"TESSEL_P2P_MAX_CTAS={res['p2p_max_ctas']} (thread blocks of each point-to-point link; 0: NCCL's "
                     f"choice), TESSEL_RECV_POST={res['recv_post']} (when receives are posted), "
                     f"TESSEL_COMM_STREAMS={res['comm_streams']}")
     write_results(out, f"gpu_zb{tag}", res, "\n".join(lines))

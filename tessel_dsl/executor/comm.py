@@ -101,6 +101,9 @@ class MessageManager:
     # Receives noted but not posted yet ("due" mode), per sending peer, in the plan's order.
     noted: dict[int, list[tuple[str, int, tuple[TensorMeta, ...]]]] = field(default_factory=dict)
     streams_mode: str = field(default_factory=comm_streams_mode)
+    # ``TESSEL_TRANSPORT=copy``: the links' copy-engine slots (executor/copy_links.py), set by the
+    # rank once every rank has mapped its buffer; None: the process group's send and receive.
+    copies: object = None
 
     def __post_init__(self) -> None:
         if self.post not in RECV_POST:
@@ -127,6 +130,10 @@ class MessageManager:
     def post_send(self, block: str, mb: int, tensors: tuple[torch.Tensor, ...], peers: tuple[int, ...]) -> None:
         """Start sending `tensors` to every peer; returns at once."""
         tensors = tuple(t.detach().contiguous() for t in tensors)
+        if self.copies is not None:
+            for p in peers:
+                self.copies.send(tensors, p)
+            return
         for p in peers:
             stream = self.stream("send", p)
             if stream is not None:
@@ -143,7 +150,9 @@ class MessageManager:
     def post_recv(self, block: str, mb: int, metas: tuple[TensorMeta, ...], peer: int) -> None:
         """Receive (block, mb) from `peer` into buffers shaped by `metas`: start it now ("ahead"),
         or note it and start it at its wait ("due"); returns at once."""
-        if self.post != "ahead":
+        if self.copies is not None:
+            self.copies.note(block, mb, metas, peer)
+        elif self.post != "ahead":
             self.noted.setdefault(peer, []).append((block, mb, metas))
         else:
             self._start_recv(block, mb, metas, peer, self.stream("recv", peer))
@@ -173,12 +182,14 @@ class MessageManager:
     def start_early(self, block: str, mb: int) -> None:
         """``lead``: start the noted receive of (block, mb) now, on the communication stream,
         behind the compute queued so far (its kernel starts when that compute ends)."""
-        if (block, mb) in self.recvs:
+        if (block, mb) in self.recvs or self.copies is not None:
             return
         self._start_noted(block, mb, on_link=True)
 
     def wait_recv(self, block: str, mb: int) -> tuple[torch.Tensor, ...]:
         """Make the compute side wait until (block, mb) has arrived and return its tensors."""
+        if self.copies is not None:
+            return self.copies.receive(block, mb, self.device)
         if (block, mb) not in self.recvs:
             self._start_noted(block, mb)
         pending = self.recvs.pop((block, mb), None)
@@ -193,11 +204,16 @@ class MessageManager:
 
     def wait_sends(self) -> None:
         """Wait for every send posted so far (end of step, or in place in blocking mode)."""
+        if self.copies is not None:
+            self.copies.flush()
         while self.sends:
             self._wait(self.sends.pop(0))
 
     def drain(self) -> None:
         """End of step: sends done, and no receive left behind."""
+        if self.copies is not None:
+            for block, mb in self.copies.left():  # taken out of their slots, which frees them
+                self.copies.receive(block, mb, self.device)
         for peer, queue in self.noted.items():
             for b, m, metas in queue:
                 self._start_recv(b, m, metas, peer, None)

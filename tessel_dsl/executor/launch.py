@@ -138,10 +138,13 @@ def _check_settings() -> None:
     """The executor's environment settings, read before any rank starts: a bad value is one
     error here rather than every rank dying on it."""
     from tessel_dsl.executor.comm import comm_streams_mode, recv_post_mode
+    from tessel_dsl.executor.copy_links import min_slots, transport_mode
 
     try:
         recv_post_mode()
         comm_streams_mode()
+        transport_mode()
+        min_slots()
     except ValueError as e:
         raise ExecutionError(str(e)) from None
 

@@ -237,6 +237,7 @@ class Pipeline:
         self.agreement = BatchAgreement(self.ranks, self.replica, host, pp, self.device)
 
     def _make_runner(self, timeout: float) -> None:
+        from tessel_dsl.executor.copy_links import open_copy_links, transport_mode
         from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
         from tessel_dsl.executor.runtime import RankRunner
 
@@ -249,6 +250,8 @@ class Pipeline:
         warm_up_device(self.device)
         warm_up_links(links, self.pp_rank, self.device, self.ranks)
         self.runner = RankRunner(self.plan, self.stage, self.pp_rank, self.device, timeout, None, links, self.ranks)
+        if transport_mode() == "copy":
+            self.runner.comm.copies = open_copy_links(self.runner, None, self.ranks)
         self._links, self._timeout = links, timeout
         self._primed = self.device.type != "cuda" and os.environ.get("TESSEL_PRIME") != "1"
 
@@ -265,7 +268,7 @@ class Pipeline:
         blocking = dataclasses.replace(self.plan, programs=lower(self.plan.spec, self.plan.schedule, blocking=True))
         with self._loss_parallel():
             RankRunner(blocking, self.stage, self.pp_rank, self.device, self._timeout, None, self._links,
-                       self.ranks).step(-1)
+                       self.ranks, self.runner.comm.copies).step(-1)
         for p in self.parameters():
             p.grad = None
         dist.barrier()

@@ -84,7 +84,7 @@ class _Watchdog:
                 return
 
 
-def _prime(plan, stage, rank, device, opts, beat, links, control, ranks=None) -> None:
+def _prime(plan, stage, rank, device, opts, beat, links, control, ranks=None, copies=None) -> None:
     """Run one unmeasured iteration of the blocking lowering of the same schedule.
 
     The first pass through a block can make the host wait for the whole GPU (library handles,
@@ -105,7 +105,7 @@ def _prime(plan, stage, rank, device, opts, beat, links, control, ranks=None) ->
         m.zero_grad(set_to_none=True)
     dist.barrier(group=control)
     with loss_context():
-        RankRunner(blocking, stage, rank, device, opts.timeout, beat, links, ranks).step(-1)
+        RankRunner(blocking, stage, rank, device, opts.timeout, beat, links, ranks, copies).step(-1)
 
 
 def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method: str,
@@ -114,6 +114,7 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
     import torch
     import torch.distributed as dist
 
+    from tessel_dsl.executor.copy_links import open_copy_links, transport_mode
     from tessel_dsl.executor.groups import warm_up_device, warm_up_links
     from tessel_dsl.executor.model_api import StageContext, load_factory
     from tessel_dsl.executor.runtime import RankRunner
@@ -168,9 +169,12 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
                 chan.progress[rank * 3:rank * 3 + 3] = memoryview(array("d", [it, i, time.monotonic()]))
 
         runner = RankRunner(plan, stage, dev, device, opts.timeout, beat, links, ranks)
+        if transport_mode() == "copy":
+            dog.beat("mapping the links' buffers")
+            runner.comm.copies = open_copy_links(runner, control, ranks)
         # Priming matters on GPUs; TESSEL_PRIME=1 turns it on elsewhere (tests use it on gloo).
         if (device.type == "cuda" or os.environ.get("TESSEL_PRIME") == "1") and not plan.programs[dev].blocking:
-            _prime(plan, stage, dev, device, opts, beat, links, control, ranks)
+            _prime(plan, stage, dev, device, opts, beat, links, control, ranks, runner.comm.copies)
         res = RankResult(rank=rank, device=_device_name(device))
         for it in range(opts.warmup + opts.steps):
             for m in stage.modules.values():

@@ -76,7 +76,7 @@ class RankRunner:
 
     def __init__(self, plan: Plan, stage: StageModel, rank: int, device: torch.device, timeout: float,
                  progress: Callable[[int, int, str], None] | None = None, links: dict | None = None,
-                 ranks: tuple[int, ...] | None = None):
+                 ranks: tuple[int, ...] | None = None, copies=None):
         self.plan, self.spec, self.stage, self.rank, self.device = plan, plan.spec, stage, rank, device
         self.program = plan.programs[rank]
         self.train = plan.spec.mode is Mode.TRAIN
@@ -85,7 +85,7 @@ class RankRunner:
         self.seeds: list[float | torch.Tensor] | None = None
         self.progress = progress or (lambda *_: None)
         tags = {b.name: i for i, b in enumerate(plan.spec.blocks)}
-        self.comm = MessageManager(device, timeout, tags, rank, links or {}, ranks)
+        self.comm = MessageManager(device, timeout, tags, rank, links or {}, ranks, copies=copies)
         # Read from the spec once: each action would otherwise scan its blocks and edges again.
         self.preds = {b.name: forward_preds(self.spec, b.name) for b in self.spec.blocks}
         self.succs = {b.name: forward_succs(self.spec, b.name) for b in self.spec.blocks}
