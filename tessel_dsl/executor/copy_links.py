@@ -150,8 +150,8 @@ class CopyLinks:
         sizes = [t.numel() * t.element_size() for t in tensors]
         offsets, total = layout(sizes)
         if total > region.slot_bytes:
-            raise ValueError(f"a message of {total} bytes to device {peer} does not fit its {region.slot_bytes}-byte "
-                             f"slot: the tensors differ from the shapes the plan's receiver expects")
+            raise ValueError(f"a message of {total} bytes to device {peer} does not fit its link's {region.slot_bytes}-byte "
+                             f"slots, sized on the first batch: a batch with larger messages needs TESSEL_TRANSPORT=nccl")
         slot, free = q % region.slots, q >= region.slots
         at = region.at(q)
         mem = self.mem
@@ -180,10 +180,13 @@ class CopyLinks:
         region = self.regions[g_me][peer]
         g = self._g(peer)
         slot = q % region.slots
+        sizes = [_nbytes(m) for m in metas]
+        offsets, total = layout(sizes)
+        if total > region.slot_bytes:
+            raise ValueError(f"{block}:{mb} from device {peer} has {total} bytes, more than its link's {region.slot_bytes}-byte "
+                             f"slots, sized on the first batch: a batch with larger messages needs TESSEL_TRANSPORT=nccl")
         self.mem.wait(g, slot)
         src = self.mem.region(g_me)
-        sizes = [_nbytes(m) for m in metas]
-        offsets, _ = layout(sizes)
         at = region.at(q)
         out = []
         for m, off, n in zip(metas, offsets, sizes):

@@ -237,7 +237,7 @@ class Pipeline:
         self.agreement = BatchAgreement(self.ranks, self.replica, host, pp, self.device)
 
     def _make_runner(self, timeout: float) -> None:
-        from tessel_dsl.executor.copy_links import open_copy_links, transport_mode
+        from tessel_dsl.executor.copy_links import transport_mode
         from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
         from tessel_dsl.executor.runtime import RankRunner
 
@@ -250,10 +250,17 @@ class Pipeline:
         warm_up_device(self.device)
         warm_up_links(links, self.pp_rank, self.device, self.ranks)
         self.runner = RankRunner(self.plan, self.stage, self.pp_rank, self.device, timeout, None, links, self.ranks)
-        if transport_mode() == "copy":
-            self.runner.comm.copies = open_copy_links(self.runner, None, self.ranks)
+        self._copies = transport_mode() == "copy"
         self._links, self._timeout = links, timeout
         self._primed = self.device.type != "cuda" and os.environ.get("TESSEL_PRIME") != "1"
+
+    def _open_copies(self) -> None:
+        """``TESSEL_TRANSPORT=copy``: map the links' buffers once the first batch has told the
+        messages' shapes (every rank steps together, so this collective lines up)."""
+        from tessel_dsl.executor.copy_links import open_copy_links
+
+        self.runner.comm.copies = open_copy_links(self.runner, None, self.ranks)
+        self._copies = False
 
     def _prime(self) -> None:
         """On GPUs, run the first batch once through the blocking lowering of the same schedule
@@ -307,6 +314,8 @@ class Pipeline:
             raise ExecutionError("this plan is for inference: use forward(inputs)")
         inputs, target = as_pair(inputs, target)
         self._prepare(inputs, target)
+        if self._copies:
+            self._open_copies()
         if not self._primed:
             self._prime()
         weights = self._weights()
@@ -388,6 +397,8 @@ class Pipeline:
         if self.train:
             raise ExecutionError("this plan is for training: use step(inputs, target)")
         self._prepare(inputs, ())
+        if self._copies:
+            self._open_copies()
         if not self._primed:
             self._prime()
         result = self.runner.step(self.iteration, collect=True)

@@ -30,3 +30,16 @@ def test_a_bad_transport_setting_is_one_clear_error(monkeypatch):
     spec = split_backward_spec(2)
     with pytest.raises(ExecutionError, match="TESSEL_TRANSPORT must be one of nccl, copy"):
         executor.run(plan_for(spec, "gpipe", 2), f"{CHAIN}:factory", timeout=30)
+
+
+def test_pipeline_trains_20_steps_over_copy_links_like_one_process(monkeypatch):
+    """`Pipeline` maps the links' buffers at its first step (the messages' shapes come from that
+    batch) and keeps the slots' order across 20 steps and two data-parallel replicas."""
+    from tessel_dsl.executor.models.gpt import blocks_by_name
+    from tests import pipeline_support as ps
+    from tests.integration.test_pipeline import N, check
+
+    monkeypatch.setenv("TESSEL_TRANSPORT", "copy")
+    monkeypatch.setenv("TESSEL_COPY_SLOTS", "1")
+    plan = ps.searched_plan(ps.mshape(2, N))
+    check(plan, ps.gpt, ps.gpt_loss, blocks_by_name(plan.spec, 4), 512, replicas=2)
