@@ -38,6 +38,10 @@ come last) ran that block 2.6 ms per micro-batch slower than an earlier run on o
 a plan that left one waiting (which of the two made the difference was not measured apart). So
 one stream stays the default.
 
+Where the copy links apply (``TESSEL_TRANSPORT``, executor/copy_links.py: GPUs of one host that
+map each other's memory) the manager hands every message to them instead, and none of the above
+is used.
+
 Tags make gloo match messages by identity rather than arrival order; NCCL ignores them and relies
 on both sides posting in the same order, which the lowering guarantees.
 """

@@ -39,14 +39,16 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-TRANSPORTS = ("nccl", "copy")
+TRANSPORTS = ("auto", "nccl", "copy")
+AUTO_MAX_BYTES = 2 * 2**30  # ``auto`` takes NCCL where the slots would hold more than this per GPU
 ALIGN = 256  # bytes: every tensor of a message starts at a multiple, as the allocator would place it
 MIN_SLOTS = 4  # per link; `TESSEL_COPY_SLOTS` sets another
 
 
 def transport_mode() -> str:
-    """``TESSEL_TRANSPORT``: ``nccl`` (the process group's send and receive; gloo on the CPU), the
-    default, or ``copy`` (this module)."""
+    """``TESSEL_TRANSPORT``: ``copy`` (this module), ``nccl`` (the process group's send and receive;
+    gloo on the CPU) or ``auto``, the default: ``copy`` where every rank runs a GPU of one host and
+    each GPU can map the memory of every GPU it talks to, else ``nccl`` (`open_copy_links`)."""
     mode = os.environ.get("TESSEL_TRANSPORT", "") or TRANSPORTS[0]
     if mode not in TRANSPORTS:
         raise ValueError(f"TESSEL_TRANSPORT must be one of {', '.join(TRANSPORTS)}, not {mode!r}")
@@ -205,16 +207,24 @@ class CopyLinks:
         return sorted(self.pending)
 
 
-def open_copy_links(runner, group, ranks: tuple[int, ...]) -> CopyLinks:
-    """Collective over `group` (every rank of the run, every replica): agree on the buffer layout
-    and map the buffers. `ranks` maps this replica's plan devices to global ranks."""
+def open_copy_links(runner, group, ranks: tuple[int, ...], mode: str) -> CopyLinks | None:
+    """Collective over `group` (every rank of the run, every replica): decide whether the copy
+    links apply (`mode` ``auto``; ``copy`` insists, ``nccl`` declines at once), agree on the
+    buffer layout and map the buffers. `ranks` maps this replica's plan devices to global ranks.
+    None: the run keeps the process group's send and receive."""
+    if mode == "nccl" or (mode == "auto" and runner.device.type != "cuda"):
+        return None
     mine = incoming(runner)
     world = dist.get_world_size(group)
     got: list = [None] * world
-    dist.all_gather_object(got, (dist.get_rank(), runner.rank, mine), group=group)
+    dist.all_gather_object(got, (dist.get_rank(), runner.rank, mine, _where(runner.device)), group=group)
+    why = _cannot_map(got, runner, ranks)
+    verdicts: list = [None] * world
+    dist.all_gather_object(verdicts, why, group=group)
+    why = next((w for w in verdicts if w), None)
     regions: dict[int, dict[int, Region]] = {}
     totals, channels = [], 1
-    for g, _dev, links in got:
+    for g, _dev, links, _ in got:
         at, regions[g] = 0, {}
         for s, (slots, nbytes) in sorted(links.items()):
             regions[g][s] = Region(at, slots, nbytes)
@@ -222,11 +232,41 @@ def open_copy_links(runner, group, ranks: tuple[int, ...]) -> CopyLinks:
             channels = max(channels, slots)
         totals.append(at)
     nbytes = max(max(totals), ALIGN)
+    if why is None and mode == "auto" and nbytes > AUTO_MAX_BYTES:
+        why = f"the slots would take {nbytes / 2**30:.1f} GiB per GPU"
+    if why is not None:
+        if mode == "copy":
+            raise RuntimeError(f"TESSEL_TRANSPORT=copy cannot run here: {why}")
+        return None
     if runner.device.type == "cuda":
         mem = CudaMemory(nbytes, group, runner.device, runner.comm.timeout, 2 * channels * world)
     else:
         mem = HostMemory(nbytes, group, 2 * channels * world, runner.comm.timeout)
     return CopyLinks(mem, regions, runner.rank, ranks, channels)
+
+
+def _where(device: torch.device) -> tuple[str, int | None]:
+    import socket
+
+    return socket.gethostname(), device.index if device.type == "cuda" else None
+
+
+def _cannot_map(got: list, runner, ranks: tuple[int, ...]) -> str | None:
+    """Why this rank cannot map the buffers of the GPUs it talks to (None: it can)."""
+    from tessel_dsl.program import Op
+
+    where = {g: w for g, _d, _l, w in got}
+    host, index = where[dist.get_rank()]
+    if len({h for h, _ in where.values()}) > 1:
+        return "the run spans several hosts"
+    if index is None:  # the CPU: asked for by name (auto stops earlier), a shared file stands in
+        return None
+    peers = {p for a in runner.program.actions if a.op in (Op.SEND, Op.RECV) for p in a.peers}
+    for p in sorted(peers):
+        other = where[ranks[p]][1]
+        if other != index and not torch.cuda.can_device_access_peer(index, other):
+            return f"GPU {index} cannot map the memory of GPU {other} (no peer access)"
+    return None
 
 
 class CudaMemory:

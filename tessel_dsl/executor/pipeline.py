@@ -250,7 +250,7 @@ class Pipeline:
         warm_up_device(self.device)
         warm_up_links(links, self.pp_rank, self.device, self.ranks)
         self.runner = RankRunner(self.plan, self.stage, self.pp_rank, self.device, timeout, None, links, self.ranks)
-        self._copies = transport_mode() == "copy"
+        self._copies = transport_mode()
         self._links, self._timeout = links, timeout
         self._primed = self.device.type != "cuda" and os.environ.get("TESSEL_PRIME") != "1"
 
@@ -259,8 +259,8 @@ class Pipeline:
         messages' shapes (every rank steps together, so this collective lines up)."""
         from tessel_dsl.executor.copy_links import open_copy_links
 
-        self.runner.comm.copies = open_copy_links(self.runner, None, self.ranks)
-        self._copies = False
+        self.runner.comm.copies = open_copy_links(self.runner, None, self.ranks, self._copies)
+        self._copies = None
 
     def _prime(self) -> None:
         """On GPUs, run the first batch once through the blocking lowering of the same schedule

@@ -169,13 +169,12 @@ def rank_main(rank: int, world: int, plan_json: dict, opts: Options, init_method
                 chan.progress[rank * 3:rank * 3 + 3] = memoryview(array("d", [it, i, time.monotonic()]))
 
         runner = RankRunner(plan, stage, dev, device, opts.timeout, beat, links, ranks)
-        if transport_mode() == "copy":
-            dog.beat("mapping the links' buffers")
-            runner.comm.copies = open_copy_links(runner, control, ranks)
+        dog.beat("mapping the links' buffers")
+        runner.comm.copies = open_copy_links(runner, control, ranks, transport_mode())
         # Priming matters on GPUs; TESSEL_PRIME=1 turns it on elsewhere (tests use it on gloo).
         if (device.type == "cuda" or os.environ.get("TESSEL_PRIME") == "1") and not plan.programs[dev].blocking:
             _prime(plan, stage, dev, device, opts, beat, links, control, ranks, runner.comm.copies)
-        res = RankResult(rank=rank, device=_device_name(device))
+        res = RankResult(rank=rank, device=_device_name(device), transport="copy" if runner.comm.copies else "nccl")
         for it in range(opts.warmup + opts.steps):
             for m in stage.modules.values():
                 m.zero_grad(set_to_none=True)

@@ -20,6 +20,7 @@ class RankResult:
     losses: dict[int, float] = field(default_factory=dict)
     outputs: dict[tuple[str, int], Any] = field(default_factory=dict)
     grads: list[tuple[str, int | None, int, Any]] = field(default_factory=list)
+    transport: str = "nccl"  # how messages moved: "copy" (executor/copy_links.py) or the process group's
 
 
 @dataclass
@@ -39,13 +40,14 @@ class RunReport:
     losses: dict[int, float] = field(default_factory=dict)
     outputs: dict[tuple[str, int], Any] = field(default_factory=dict)
     grads: list[tuple[str, int | None, int, Any]] = field(default_factory=list)
+    transport: str = "nccl"
 
     @classmethod
     def from_ranks(cls, plan: Plan, ranks: list[RankResult], backend: str) -> "RunReport":
         ranks = sorted(ranks, key=lambda r: r.rank)
         n = min(len(r.steps) for r in ranks)
         timelines = [[(r.rank, a, s, e) for r in ranks for a, s, e in r.steps[i]] for i in range(n)]
-        rep = cls(plan, backend, ranks[0].device, timelines)
+        rep = cls(plan, backend, ranks[0].device, timelines, transport=ranks[0].transport)
         for r in ranks:
             for mb, loss in r.losses.items():
                 rep.losses.setdefault(mb, loss)
@@ -97,6 +99,7 @@ class RunReport:
             "schedule": self.plan.schedule.name,
             "blocking": bool(self.plan.programs and self.plan.programs[0].blocking),
             "backend": self.backend,
+            "transport": self.transport,
             "device": self.device,
             "devices": self.plan.spec.devices,
             "microbatches": mb,

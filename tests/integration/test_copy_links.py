@@ -28,7 +28,7 @@ def test_copy_transport_trains_like_one_process(monkeypatch, slots):
 def test_a_bad_transport_setting_is_one_clear_error(monkeypatch):
     monkeypatch.setenv("TESSEL_TRANSPORT", "shm")
     spec = split_backward_spec(2)
-    with pytest.raises(ExecutionError, match="TESSEL_TRANSPORT must be one of nccl, copy"):
+    with pytest.raises(ExecutionError, match="TESSEL_TRANSPORT must be one of auto, nccl, copy"):
         executor.run(plan_for(spec, "gpipe", 2), f"{CHAIN}:factory", timeout=30)
 
 

@@ -45,3 +45,32 @@ def test_settings_are_checked(monkeypatch):
             copy_links.min_slots()
     monkeypatch.setenv("TESSEL_COPY_SLOTS", "2")
     assert copy_links.min_slots() == 2
+
+
+class _Runner:
+    """Just what `open_copy_links` reads before it talks to any peer."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+
+@pytest.mark.parametrize("mode,device", [("nccl", "cpu"), ("auto", "cpu")])
+def test_the_process_groups_transfers_stay_where_copy_is_not_asked_for_or_cannot_apply(mode, device):
+    # No collective is entered (there is no process group here): the decision is local and the same on every rank.
+    assert copy_links.open_copy_links(_Runner(device), None, (0,), mode) is None
+
+
+def test_auto_declines_across_hosts_and_without_peer_access(monkeypatch):
+    from tessel_dsl.program import Action, Op, Program
+
+    class R:
+        program = Program(0, (Action(Op.SEND, "F0", 0, (1,)),))
+
+    monkeypatch.setattr(copy_links.dist, "get_rank", lambda *a: 0)
+    one_host = [(0, 0, {}, ("h", 0)), (1, 1, {}, ("h", 1))]
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: True, raising=False)
+    assert copy_links._cannot_map(one_host, R, (0, 1)) is None
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: False, raising=False)
+    assert "cannot map the memory of GPU 1" in copy_links._cannot_map(one_host, R, (0, 1))
+    two_hosts = [(0, 0, {}, ("a", 0)), (1, 1, {}, ("b", 0))]
+    assert "several hosts" in copy_links._cannot_map(two_hosts, R, (0, 1))
