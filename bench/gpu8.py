@@ -364,6 +364,8 @@ def line(name: str, s: dict, base: dict | None) -> str:
     peak = " / ".join(f"{p:.1f}" for p in s["peak_gib"]) if s.get("peak_gib") else "-"
     gap = wait_gap(s)
     wait = (f"{max(s['wait_share_measured']):.1%} / {max(s['wait_share_simulated']):.1%}" if gap is not None else "-")
+    if s.get("transport") == "copy":  # the executor's copy-engine links moved the messages
+        name += " [copy engines]"
     return (f"| {name} | {it * 1e3:.1f} | {mbs:.2f} | {speed} | {peak} | {wait} | "
             f"{'-' if gap is None else f'{gap:.1f} pt'} |")
 

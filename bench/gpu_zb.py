@@ -480,7 +480,8 @@ def _pipeline_rank(plan: str, margs: dict, steps: int, warmup: int, trace: str |
             timings.append(list(pipe.timings))
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else 0.0
     return {"rank": rank, "device": torch.cuda.get_device_name(device) if cuda else "cpu", "steps": timings,
-            "walls": walls, "loss": first, "allocated_gib": round(peak, 2)}
+            "walls": walls, "loss": first, "allocated_gib": round(peak, 2),
+            "transport": "copy" if pipe.runner.comm.copies is not None else "nccl"}
 
 
 def blocks_file(plan: Path) -> Path:
@@ -504,7 +505,7 @@ def pipeline_row(key: str, steps: int, warmup: int, trace: str | None = None) ->
     with gpu8.PeakMemory() as mem:
         got = run_ranks(_pipeline_rank, D, str(plan_file(key)), m, steps, warmup, trace, blocks,
                         timeout=300, threads=1)
-    ranks = [RankResult(rank=g["rank"], device=g["device"], steps=g["steps"]) for g in got]
+    ranks = [RankResult(rank=g["rank"], device=g["device"], steps=g["steps"], transport=g["transport"]) for g in got]
     s = RunReport.from_ranks(plan, ranks, "gloo" if smoke() else "nccl").summary()
     s.update(loss=got[0]["loss"], replicas=1, peak_gib=mem.gib(D), allocated_gib=[g["allocated_gib"] for g in got],
              step_wall_s=[max(w) for w in zip(*(g["walls"] for g in got))], wall_s=round(time.time() - t, 1),
