@@ -131,8 +131,16 @@ class Evaluator(Values):
             self.error("missing-declaration", "the spec never says how many devices it uses "
                        "(add e.g. `devices 4`)", Location(self.module.file, 1, 1))
         if self.out.memory is None and "memory" not in self._seen_header:
-            self.error("missing-declaration", "the spec never gives the per-device memory capacity "
-                       "(add e.g. `memory 4`)", Location(self.module.file, 1, 1))
+            bare = [d for d in range(self.out.devices or 0) if d not in self.out.device_memory]
+            if self.out.device_memory and bare:
+                self.error("missing-declaration", f"device{'s' if len(bare) > 1 else ''} "
+                           f"{', '.join(map(str, bare[:8]))}{' ...' if len(bare) > 8 else ''} "
+                           f"{'have' if len(bare) > 1 else 'has'} no memory capacity: add a `memory ...` "
+                           "line for the rest, or a `memory ... on` line for each",
+                           Location(self.module.file, 1, 1))
+            else:
+                self.error("missing-declaration", "the spec never gives the per-device memory capacity "
+                           "(add e.g. `memory 4`)", Location(self.module.file, 1, 1))
         self.out.units = Units(
             time_seconds=float(self._time_res[0]) if self._time_res else 1.0,
             time_label=self._time_res[1] if self._time_res else "unit",
@@ -344,6 +352,10 @@ class Evaluator(Values):
 
     def _device_memory(self) -> None:
         self._memory_locs = resolve_device_memory(self, self._memory_lines)
+        o = self.out
+        if o.memory is None and o.devices and all(d in o.device_memory for d in range(o.devices)):
+            # A `memory ... on d` line for every device says all there is: no default is needed.
+            o.memory = max(cap for cap, _ in o.device_memory.values())
 
     def _link(self, s: A.LinkStmt) -> Link:
         latency = bandwidth = 0.0

@@ -86,7 +86,7 @@ def test_zb_v_under_memory():
 
 
 def test_placements_each_schedule_refuses():
-    with pytest.raises(NotApplicable, match="device 0 holds|devices 2 run stages"):
+    with pytest.raises(NotApplicable, match="device 0 holds|device 2 runs stages"):
         build(zbv(), "zb-h1")
     with pytest.raises(NotApplicable, match="in a V"):
         build(zbchain(), "zb-v")

@@ -96,8 +96,10 @@ def test_memory_errors_name_the_line():
 
 def test_negative_capacity_and_default_line_required():
     assert codes(vspec("memory 60GB - 80GB"))[0][0] == "bad-memory"
-    got = codes(vspec("memory 8GB on all"))
+    got = codes(vspec("memory 8GB on 0..2"))  # device 3 has none
     assert got[0][0] == "missing-declaration"
+    # `on all` names every device: nothing is left for a default to say.
+    assert parse(vspec("memory 8GB on all")).capacities == parse(vspec("memory 8GB")).capacities
 
 
 def test_one_microbatch_must_fit_each_device():
@@ -403,3 +405,13 @@ def test_a_size_without_a_unit_beside_one_with_a_unit_is_refused():
     # the same sizes all with units, or all without, are accepted
     assert parse(vspec("memory 80GB reserve 35GB"), "m.tsl").capacity(0) == 45
     assert parse(vspec("memory 80 reserve 35"), "m.tsl").capacity(0) == 45
+
+
+def test_a_memory_line_for_every_device_needs_no_default():
+    spec = parse(vspec("memory 5GB reserve 1GB on 0\nmemory 4GB on 1..3"))
+    assert spec.capacities == (4, 4, 4, 4) and spec.total_capacity(0) == 5
+    # The same with a default line gives the same spec.
+    same = parse(vspec("memory 4GB\nmemory 5GB reserve 1GB on 0"))
+    assert same.capacities == spec.capacities
+    with pytest.raises(SpecError, match="devices 2, 3 have no memory capacity"):
+        parse(vspec("memory 5GB on 0\nmemory 4GB on 1"))

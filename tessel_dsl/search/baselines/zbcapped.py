@@ -201,8 +201,9 @@ def zb_capped_orders(spec: Spec, n: int) -> list[list[Key]]:
     owner: dict[tuple[int, ...], int] = {}
     for k, st in enumerate(stages):
         if st.devices in owner:
-            raise NotApplicable(f"{WHO} needs a chain of stages with each device in one stage; devices "
-                                f"{','.join(map(str, st.devices))} run stages {owner[st.devices]} and {k}")
+            raise NotApplicable(f"{WHO} needs a chain of stages with each device in one stage; "
+                                f"device{'s' if len(st.devices) > 1 else ''} "
+                                f"{','.join(map(str, st.devices))} {'run' if len(st.devices) > 1 else 'runs'} stages {owner[st.devices]} and {k}")
         owner[st.devices] = k
     c = _Stages(spec, stages)
     count, hold = c.count, c.hold

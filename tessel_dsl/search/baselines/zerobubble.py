@@ -193,8 +193,9 @@ def zb_h1_orders(spec: Spec, n: int) -> list[list[Key]]:
     owner: dict[tuple[int, ...], int] = {}
     for k, st in enumerate(stages):
         if st.devices in owner:
-            raise NotApplicable(f"ZB-H1 needs a chain of stages with each device in one stage; devices "
-                                f"{','.join(map(str, st.devices))} run stages {owner[st.devices]} and {k} "
+            raise NotApplicable(f"ZB-H1 needs a chain of stages with each device in one stage; "
+                                f"device{'s' if len(st.devices) > 1 else ''} "
+                                f"{','.join(map(str, st.devices))} {'run' if len(st.devices) > 1 else 'runs'} stages {owner[st.devices]} and {k} "
                                 "(zb-v handles the V-shape with two chunks per device)")
         owner[st.devices] = k
     count = len(stages)
