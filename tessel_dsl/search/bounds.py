@@ -46,7 +46,6 @@ from tessel_dsl.analysis import chains
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.lags import edge_lags
 
-
 _LAST: list = []  # (spec, microbatches, bound) of the last call: a search asks for it several times
 
 

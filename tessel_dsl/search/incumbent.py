@@ -54,12 +54,15 @@ def steady_parts(spec: Spec, sched: Schedule):
     return Parts(warm, rep, cool)
 
 
+SKIPPED_PARTS = "the steady state of the baseline built for more micro-batches (a repetend for other N)"
+
+
 def repetend_parts(spec: Spec, n: int, got: tuple[Schedule, str], clock: Clock | None = None):
     """The one-copy repetend a baseline plan keeps for other N (`extend.Parts`), or None. Once
     the user's wall-clock limit has run out (`clock`) only the plan's own steady state is looked
     at: building the baseline again for more micro-batches takes seconds at 16 devices and more."""
     parts = steady_parts(spec, got[0])
-    if parts is not None or (clock is not None and clock.skip("a repetend for other N")):
+    if parts is not None or (clock is not None and clock.skip(SKIPPED_PARTS)):
         return parts
     return _larger_steady_parts(spec, got[1], n)
 
@@ -155,6 +158,8 @@ def baseline_result(spec: Spec, n: int, got: tuple[Schedule, str], clock: Clock,
         progress(Progress("done", lower * u, period * u, nr, span * u, 0, 0, clock.elapsed()))
     if at_bound:
         said = [note("baseline-at-bound", baseline=name, n=n, makespan=span * u, repetend=nr > 0)]
+        if nr == 0 and SKIPPED_PARTS in clock.skipped:  # not looked for, rather than none found
+            said = [note("baseline-at-bound", baseline=name, n=n, makespan=span * u, repetend=False, cut=True)]
         # Without a repetend there is no period to prove: the makespan, at its bound, is optimal.
         proven = period_proven or nr == 0
     else:

@@ -120,5 +120,7 @@ def test_a_baseline_at_the_bound_is_kept_without_building_it_again(monkeypatch):
     assert result.schedule.makespan(spec) == result.info.makespan_bound == build(spec, "interleaved-1f1b", 8).makespan(spec)
     assert set(sizes) == {8}  # built for this N only
     said = {x.kind: x.values for x in result.info.notes}
-    assert said["time-limit-skipped"]["steps"] == ["a repetend for other N"]
-    assert said["baseline-at-bound"]["repetend"] is False
+    assert said["time-limit-skipped"]["steps"] == [
+        "the steady state of the baseline built for more micro-batches (a repetend for other N)"]
+    assert said["baseline-at-bound"]["repetend"] is False and said["baseline-at-bound"]["cut"] is True
+    assert "the time limit left none to look for a steady state" in render(result.info.notes)
