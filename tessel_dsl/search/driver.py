@@ -173,11 +173,10 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
 
         result = polish(base, result, solver=solver, clock=clock, effort=effort)
     info = result.info
-    if clock.skipped:
-        info = replace(info, notes=(*info.notes, note("time-limit-skipped", limit=time_limit, steps=clock.skipped)))
+    said = (note("time-limit-skipped", limit=time_limit, steps=clock.skipped),) if clock.skipped else ()
     info = replace(info, seconds=clock.elapsed(), lower_bound=info.lower_bound * unit, period=info.period * unit,
-                   makespan_bound=info.makespan_bound * unit,
-                   memory_bound=float(memory_period_bound(spec)))
+                   makespan_bound=info.makespan_bound * unit, memory_bound=float(memory_period_bound(spec)),
+                   notes=info.notes + said)
     sched = scale_schedule(result.schedule, unit)
     if unit > 1:
         validate(spec, sched)
