@@ -38,7 +38,8 @@ from torch.utils import _pytree as pytree
 
 from tessel_dsl.errors import ExecutionError
 from tessel_dsl.executor.batch_agreement import BatchAgreement
-from tessel_dsl.executor.bind import Binding, Trace
+from tessel_dsl.executor.bind import Binding
+from tessel_dsl.executor.boundary_trace import Trace
 from tessel_dsl.executor.checkpoint import load_checkpoint, save_checkpoint
 from tessel_dsl.executor.meta_init import materialise
 from tessel_dsl.executor.model_api import TensorMeta, forward_succs

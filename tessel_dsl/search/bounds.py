@@ -46,9 +46,17 @@ from tessel_dsl.analysis import chains
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.lags import edge_lags
 
+_LAST: list = []  # (spec, microbatches, bound) of the last call: a search asks for it several times
+
 
 def makespan_bound(spec: Spec, microbatches: int) -> int:
     """The largest of the per-device bounds, the critical path and the memory bound (module text)."""
+    if not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches):
+        _LAST[:] = [spec, microbatches, _makespan_bound(spec, microbatches)]
+    return _LAST[2]
+
+
+def _makespan_bound(spec: Spec, microbatches: int) -> int:
     from tessel_dsl.search.membound import memory_makespan_bound
 
     time = {b.name: b.time for b in spec.blocks}

@@ -16,12 +16,28 @@ class Clock:
         self.cpu0 = time.process_time()
         self.limit = time_limit
         self.unit = unit
+        self.skipped: list[str] = []  # steps left out because the limit had run out, in order
 
     def left(self) -> float | None:
         if self.limit is None:
             return None
         return self.limit - (time.monotonic() - self.t0)
 
+    def spent(self) -> bool:
+        """Whether the user's limit has run out (never without one: every step then runs on its
+        deterministic budget alone)."""
+        left = self.left()
+        return left is not None and left <= 0
+
+    def skip(self, step: str) -> bool:
+        """Whether `step` (a phrase for the notes) is to be left out for lack of time; noted if so."""
+        if not self.spent():
+            return False
+        if step not in self.skipped:
+            self.skipped.append(step)
+        return True
+
     def elapsed(self) -> float:
         """CPU seconds of this process since the search began (solver threads included)."""
         return time.process_time() - self.cpu0
+

@@ -173,9 +173,10 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
 
         result = polish(base, result, solver=solver, clock=clock, effort=effort)
     info = result.info
+    said = (note("time-limit-skipped", limit=time_limit, steps=clock.skipped),) if clock.skipped else ()
     info = replace(info, seconds=clock.elapsed(), lower_bound=info.lower_bound * unit, period=info.period * unit,
-                   makespan_bound=info.makespan_bound * unit,
-                   memory_bound=float(memory_period_bound(spec)))
+                   makespan_bound=info.makespan_bound * unit, memory_bound=float(memory_period_bound(spec)),
+                   notes=info.notes + said)
     sched = scale_schedule(result.schedule, unit)
     if unit > 1:
         validate(spec, sched)
@@ -199,13 +200,14 @@ def _incumbent(spec: Spec, n: int, clock: Clock, progress: Callable[[Progress], 
         # Small enough that the search proper is cheap (its end re-solve frees the whole
         # schedule) and returns a repetend for every N: no shortcut.
         return None, None, None
-    got = best_baseline(spec, n, than=None)
+    got = best_baseline(spec, n, than=None, clock=clock)
     if got is None:
         return None, None, None
     span = got[0].makespan(spec)
     if span <= makespan_bound(spec, n):
-        parts = repetend_parts(spec, n, got)
-        if parts is not None:
+        parts = repetend_parts(spec, n, got, clock)
+        if parts is not None or clock.spent():
+            # (out of time: optimal for this N all the same, only without a repetend for other N)
             return baseline_result(spec, n, got, clock, progress, at_bound=True, parts=parts), None, None
         # Optimal for this N, but with no steady state to keep for other N (interleaved 1F1B's
         # micro-batches repeat in groups): the search proper finds a repetend, and its finishing
@@ -375,7 +377,7 @@ def _below_nr(spec: Spec, parts: Parts, n: int, *, solver: str, clock: Clock, co
     short = truncate(spec, parts, n)
     seed_span = max(s.start + spec.block(s.block).time for s in short)
     seed = dict(n=n, nr=rep.nr, baseline=None, dropped=rep.nr - n, seed_makespan=None)
-    base = best_baseline(spec, n, than=seed_span)
+    base = best_baseline(spec, n, than=seed_span, clock=clock)
     if base is not None:
         short, seed_span = base[0].slots, base[0].makespan(spec)
         seed.update(baseline=base[1], seed_makespan=seed_span * clock.unit)

@@ -52,7 +52,7 @@ def finish(spec: Spec, sched: Schedule, *, solver: str, clock: Clock,
 
     notes = []
     n, span = sched.microbatches, sched.makespan(spec)
-    base = best_baseline(spec, n, than=span)
+    base = best_baseline(spec, n, than=span, clock=clock)
     if base is not None:
         other, name = base
         notes.append(note("baseline-beats", baseline=name, n=n, makespan=other.makespan(spec) * clock.unit,

@@ -12,22 +12,25 @@ Mixtral 8x22B chain (16 stages, 6 micro-batches fit on even stages) limits
 The search is a coordinate descent: stage after stage, each lower limit is played out
 (`capped._play`, compacted, memory checked) and kept when the makespan is strictly shorter; sweeps
 repeat until one changes nothing. Its budget is a count of block instances laid out
-(`PLAY_WORK`), so the answer does not depend on the machine or its load.
+(`PLAY_WORK`), so the answer does not depend on the machine or its load; only a wall-clock limit
+the user gave (`clock`) ends it sooner, with the best limits found by then.
 """
 from __future__ import annotations
 
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
+from tessel_dsl.search.clock import Clock
 
 PLAY_WORK = 300_000  # block instances laid out over all trials (about 3 s of CPU at 16 stages, N=32)
 NAME = "1f1b-capped (in-flight limits searched)"
 
 
-def searched_capped(spec: Spec, n: int, work: int = PLAY_WORK) -> Schedule | None:
+def searched_capped(spec: Spec, n: int, work: int = PLAY_WORK, clock: Clock | None = None) -> Schedule | None:
     """The shortest memory-capped 1F1B found by the module's descent over in-flight limits,
     when it is strictly shorter than the baseline's own limits give; else None. Valid: compacted
-    from the stages' orders and within every device's memory."""
+    from the stages' orders and within every device's memory. `clock` (optional): once the
+    user's wall-clock limit has run out no further limits are tried."""
     from tessel_dsl.search.baselines.capped import _caps, _play
     from tessel_dsl.search.baselines.chain import find_stages
     from tessel_dsl.search.compact import compact
@@ -40,10 +43,13 @@ def searched_capped(spec: Spec, n: int, work: int = PLAY_WORK) -> Schedule | Non
     except TesselError:
         return None
     cost = n * len(spec.blocks)
-    left = [work]
+    budget = [work]
+
+    def done() -> bool:
+        return budget[0] <= 0 or (clock is not None and clock.skip("the in-flight limit descent"))
 
     def play(caps: list[int]) -> Schedule | None:
-        left[0] -= cost
+        budget[0] -= cost
         orders: list[list[tuple[str, int]]] = [[] for _ in range(spec.devices)]
         try:
             rows = _play(spec, stages, n, caps)
@@ -60,11 +66,11 @@ def searched_capped(spec: Spec, n: int, work: int = PLAY_WORK) -> Schedule | Non
     if first is None:
         return None  # the baseline had to lower every limit to fit: not this descent's case
     best, span, changed = first, first.makespan(spec), True
-    while changed and left[0] > 0:
+    while changed and not done():
         changed = False
         for i in range(len(limits)):
             for v in range(limits[i] - 1, 0, -1):
-                if left[0] <= 0:
+                if done():
                     break
                 trial = limits[:i] + [v] + limits[i + 1:]
                 got = play(trial)

@@ -57,8 +57,7 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     chain = applies(spec, CHAIN_MAX_COPIES, device_chains)
     unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
-        left = clock.left()
-        if (not chain and len(spec.blocks) * k > COPIES_MAX_BLOCKS) or (left is not None and left <= 0):
+        if (not chain and len(spec.blocks) * k > COPIES_MAX_BLOCKS) or clock.skip("the search for k-copy repetends"):
             break
         if chain:
             find, settled, periodic = _chain_finder(spec, k, per_mb, solver=solver, clock=clock)

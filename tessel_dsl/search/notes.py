@@ -103,10 +103,14 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         + ", ".join(v["cuts"])),
     "cut-but-proved": lambda v: f"{v['proof']}, so it is optimal for this N although a budget cut " + ", ".join(v["cuts"]),
     "time-limit": lambda v: "a solver call hit the time limit",
+    "time-limit-skipped": lambda v: (
+        f"the time limit ({_g(v['limit'])} s) ran out, so the search left out " + ", ".join(v["steps"])),
     "baseline-at-bound": lambda v: (
         f"{v['baseline'].upper()} for N={v['n']} reaches the makespan lower bound ({v['makespan']}), so nothing "
         "is shorter and the search stopped there"
         + ("; its steady state is kept as the repetend for other N" if v["repetend"]
+           else "; the time limit left none to look for a steady state, so the plan does not re-extend to another "
+           "N (search again)" if v.get("cut")
            else "; it has no fixed-period steady state, so the plan does not re-extend to another N (search again)")),
     "baseline-unbeaten": lambda v: (
         f"{v['baseline'].upper()} for N={v['n']} (makespan {v['makespan']}) is used: an extended repetend holding "

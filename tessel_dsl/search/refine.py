@@ -26,6 +26,7 @@ from dataclasses import replace
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.clock import Clock
 from tessel_dsl.search.compact import compact
 from tessel_dsl.search.lags import lag
 from tessel_dsl.search.solvers import (
@@ -48,16 +49,19 @@ FULL_RESOLVE_TASKS = 160  # up to this many block instances every one is free (t
 PROOF_EFFORT = 0.5       # budget (at most the re-solve's) of the first, proof-minded solve of a whole re-solve
 
 
-_BUILT: list = []  # the last spec's applicable baselines: (spec, n, [(schedule, name)] shortest first)
+_BUILT: list = []  # the last spec's applicable baselines: (spec, n, [(schedule, name)] shortest first, complete)
 
 
-def best_baseline(spec: Spec, n: int, than: int | None) -> tuple[Schedule, str] | None:
+def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = None) -> tuple[Schedule, str] | None:
     """The applicable baseline with the shortest makespan below `than` (None: any) and within M,
     if any. The baselines of the last spec and N asked for are kept: a search asks twice (for
-    its incumbent, then when finishing), and building them all takes seconds at 32 devices."""
+    its incumbent, then when finishing), and building them all takes seconds at 32 devices.
+    With `clock` (optional), once the user's wall-clock limit has run out the in-flight descent
+    (`inflight.py`) stops early, and what it gave is kept only for callers out of time too."""
     from tessel_dsl.search.baselines import RECORDS, build
 
-    if not (_BUILT and _BUILT[0][0] is spec and _BUILT[0][1] == n):
+    kept = _BUILT and _BUILT[0][0] is spec and _BUILT[0][1] == n
+    if not (kept and (_BUILT[0][3] or (clock is not None and clock.spent()))):
         found = []
         for name in (b.name for b in RECORDS if b.seeds_search):
             try:
@@ -70,10 +74,11 @@ def best_baseline(spec: Spec, n: int, than: int | None) -> tuple[Schedule, str] 
         from tessel_dsl.search.inflight import NAME, searched_capped
 
         if any(name == "1f1b-capped" for _, _, _, name in found):
-            tuned = searched_capped(spec, n)
+            tuned = searched_capped(spec, n, clock=clock)
             if tuned is not None:
                 found.append((tuned.makespan(spec), len(found), tuned, NAME))
-        _BUILT[:] = [(spec, n, [(sched, name) for _, _, sched, name in sorted(found)])]
+        _BUILT[:] = [(spec, n, [(sched, name) for _, _, sched, name in sorted(found)],
+                    clock is None or not clock.spent())]
     best = _BUILT[0][2][0] if _BUILT[0][2] else None
     if best is None or (than is not None and best[0].makespan(spec) >= than):
         return None
