@@ -23,6 +23,7 @@ def test_copy_transport_trains_like_one_process(monkeypatch, slots):
     plan = plan_for(spec, "zb-h1", 4)
     report = executor.run(plan, f"{CHAIN}:factory", collect=True, grads=True, timeout=60, steps=2)
     check_training(report, CHAIN, spec, {})
+    assert report.transport == "copy" and report.summary()["transport"] == "copy"
 
 
 def test_a_bad_transport_setting_is_one_clear_error(monkeypatch):

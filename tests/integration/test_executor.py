@@ -155,6 +155,7 @@ def test_every_receive_posting_trains_like_one_process(monkeypatch, post):
     assert any(early_receives(p.actions) for p in plan.programs)  # "lead" does start some early
     report = executor.run(plan, "tessel_dsl.executor.models.chain:factory", collect=True, grads=True, timeout=60)
     check_training(report, "tessel_dsl.executor.models.chain", spec, {})
+    assert report.transport == "nccl"  # on the CPU `auto` keeps the process group's (gloo) transfers
 
 
 def test_report_numbers_and_trace_file(tmp_path):
