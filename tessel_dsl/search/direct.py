@@ -1,7 +1,8 @@
 """All N micro-batches in one solve: the time-optimal schedule for small N.
 
 Used by the driver when N is below the repetend's span, and by the extension for the same case;
-kept apart from both so that neither imports the other.
+kept apart from both so that neither imports the other; and, as `direct_search`, for specs whose
+memory grows with every micro-batch, where no repetend can exist.
 
 The solve has a deterministic budget that grows with its size (`direct_effort`): a time-optimal
 model of a few hundred block instances can take far longer to settle than the rest of the search,
@@ -11,13 +12,25 @@ schedule built without a solver.
 """
 from __future__ import annotations
 
-from tessel_dsl.errors import InfeasibleError, TesselError
+from typing import TYPE_CHECKING
+
+from tessel_dsl.analysis import lower_bound
+from tessel_dsl.errors import InfeasibleError, ScheduleError, TesselError
 from tessel_dsl.ir import Spec
-from tessel_dsl.schedule import Slot
+from tessel_dsl.plan import SearchInfo
+from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.bounds import makespan_bound
+from tessel_dsl.search.clock import Clock
 from tessel_dsl.search.compact import compact
 from tessel_dsl.search.lags import lag
+from tessel_dsl.search.notes import note
+from tessel_dsl.search.result import SearchResult
 from tessel_dsl.search.solvers import Objective, Precedence, Problem, Task, solve
 from tessel_dsl.units import capacity_in
+from tessel_dsl.validate import validate
+
+if TYPE_CHECKING:
+    from tessel_dsl.search.repetend import Counters
 
 # Deterministic budget of one direct solve (about seconds of one core): this much per block
 # instance, and at least DIRECT_MIN_EFFORT, so that small solves are never cut and large ones
@@ -91,3 +104,31 @@ def one_at_a_time(spec: Spec, n: int) -> tuple[Slot, ...]:
             for d in spec.block(name).devices:
                 rows[d].append((name, mb))
     return compact(spec, orders=rows)
+
+
+def direct_search(spec: Spec, n: int, net: list[int], *, solver: str, clock: Clock,
+                   counters: Counters) -> SearchResult:
+    """All N micro-batches in one solve: memory grows with every repetend (`net` > 0 on some
+    device), so none can repeat. A solve that finds nothing in its budget runs them one after
+    another."""
+    lower = lower_bound(spec)
+    dev = max(range(spec.devices), key=lambda d: net[d])
+    serial = False
+    try:
+        slots, proven = direct(spec, n, solver, clock.left())
+    except DirectCut:
+        slots, proven, serial = one_at_a_time(spec, n), False, True
+        try:
+            validate(spec, Schedule(n, slots, name="tessel"))
+        except ScheduleError as err:
+            raise TesselError(f"no schedule of {n} micro-batches was found within the solver budget "
+                              f"(the direct solve found none; running them one after another fails: {err}); "
+                              "give a --time-limit or fewer micro-batches") from None
+    sched = Schedule(n, slots, name="tessel")
+    validate(spec, sched)
+    notes = [note("memory-grows", memory=net[dev], device=dev, n=n, serial=serial)]
+    if not proven:
+        notes.append(note("direct-cut"))
+    info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0, tuple(notes),
+                      period_proven=False, copies=1, makespan_bound=makespan_bound(spec, n))
+    return SearchResult(sched, info)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Callable
 
 from tessel_dsl.analysis import lower_bound, microbatch_memory
-from tessel_dsl.errors import InfeasibleError, ScheduleError, TesselError
+from tessel_dsl.errors import InfeasibleError, TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.plan import SearchInfo
 from tessel_dsl.plan_check import check_microbatch_count
@@ -27,7 +27,7 @@ from tessel_dsl.schedule import Repetend, Schedule
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.clock import Clock
 from tessel_dsl.search.completion import solve_cooldown, solve_warmup
-from tessel_dsl.search.direct import DirectCut, direct, one_at_a_time
+from tessel_dsl.search.direct import direct_search
 from tessel_dsl.search.extend import DIRECT_MAX_TASKS, Parts, below_span, extend
 from tessel_dsl.search.finish import finish
 from tessel_dsl.search.kcopy import with_copies
@@ -265,7 +265,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
     net = [sum(b.memory for b in spec.blocks_on(d)) for d in range(spec.devices)]
     if any(x > 0 for x in net):
         report("direct solve")
-        return _direct_search(spec, n, net, solver=solver, clock=clock, counters=counters)
+        return direct_search(spec, n, net, solver=solver, clock=clock, counters=counters)
 
     witnesses: dict = {}
     rep, period_proven, found = (find or find_repetend)(spec, solver=solver, method=method, clock=clock,
@@ -302,34 +302,6 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
                       counters.tried, counters.pruned, tuple(notes), period_proven=period_proven, copies=1,
                       makespan_bound=bound)
     report("done")
-    return SearchResult(sched, info)
-
-
-def _direct_search(spec: Spec, n: int, net: list[int], *, solver: str, clock: Clock,
-                   counters: Counters) -> SearchResult:
-    """All N micro-batches in one solve: memory grows with every repetend (`net` > 0 on some
-    device), so none can repeat. A solve that finds nothing in its budget runs them one after
-    another."""
-    lower = lower_bound(spec)
-    dev = max(range(spec.devices), key=lambda d: net[d])
-    serial = False
-    try:
-        slots, proven = direct(spec, n, solver, clock.left())
-    except DirectCut:
-        slots, proven, serial = one_at_a_time(spec, n), False, True
-        try:
-            validate(spec, Schedule(n, slots, name="tessel"))
-        except ScheduleError as err:
-            raise TesselError(f"no schedule of {n} micro-batches was found within the solver budget "
-                              f"(the direct solve found none; running them one after another fails: {err}); "
-                              "give a --time-limit or fewer micro-batches") from None
-    sched = Schedule(n, slots, name="tessel")
-    validate(spec, sched)
-    notes = [note("memory-grows", memory=net[dev], device=dev, n=n, serial=serial)]
-    if not proven:
-        notes.append(note("direct-cut"))
-    info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0, tuple(notes),
-                      period_proven=False, copies=1, makespan_bound=makespan_bound(spec, n))
     return SearchResult(sched, info)
 
 
