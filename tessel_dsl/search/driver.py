@@ -247,7 +247,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
     `find` (optional) replaces `find_repetend`: called with the spec and the same keywords, it
     returns (repetend, period proven, notes); completion, extension and finishing are as usual.
 
-    Phases: a direct solve when memory grows with every micro-batch (`_direct_search`); else the
+    Phases: a direct solve when memory grows with every micro-batch (`direct.direct_search`); else the
     repetend, its warmup and cooldown (`_complete`), the extension to N with finishing, or below
     N_R one solve of the N micro-batches (`_below_nr`); then what is proven (`_verdict`)."""
     counters = Counters()
