@@ -218,6 +218,8 @@ def open_copy_links(runner, group, ranks: tuple[int, ...], mode: str) -> CopyLin
     world = dist.get_world_size(group)
     got: list = [None] * world
     dist.all_gather_object(got, (dist.get_rank(), runner.rank, mine, _where(runner.device)), group=group)
+    if not any(links for _g, _d, links, _w in got):
+        return None  # nothing crosses a GPU boundary (one device, or only multi-device blocks)
     why = _cannot_map(got, runner, ranks)
     verdicts: list = [None] * world
     dist.all_gather_object(verdicts, why, group=group)
