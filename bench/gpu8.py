@@ -360,7 +360,8 @@ def wait_gap(s: dict) -> float | None:
 def line(name: str, s: dict, base: dict | None) -> str:
     it = s["measured"]["iteration"]
     mbs = s.get("replicas", 1) * s["microbatches"] / it
-    speed = f"{base['measured']['iteration'] / it:.2f}x" if base else "-"
+    # Three decimals: a ratio checked against a bar such as 1.10x must not round up to it.
+    speed = f"{base['measured']['iteration'] / it:.3f}x" if base else "-"
     peak = " / ".join(f"{p:.1f}" for p in s["peak_gib"]) if s.get("peak_gib") else "-"
     gap = wait_gap(s)
     wait = (f"{max(s['wait_share_measured']):.1%} / {max(s['wait_share_simulated']):.1%}" if gap is not None else "-")
