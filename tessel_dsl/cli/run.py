@@ -126,7 +126,9 @@ def render(s: dict) -> None:
                   f"throughput {s['throughput_mb_per_s']:.2f} micro-batches/s"
                   + (f"; loss {s['loss']:.6f}" if s.get("loss") is not None else ""))
     if s.get("transport") == "copy":
-        console.print("messages moved on the GPUs' copy engines (TESSEL_TRANSPORT; `nccl` keeps NCCL's send and receive)")
+        console.print("messages moved through the copy links (TESSEL_TRANSPORT): "
+                      + ("their shared-memory stand-in on the CPU" if s.get("backend") == "gloo"
+                         else "the GPUs' copy engines; `nccl` keeps NCCL's send and receive"))
     if s.get("block_seconds"):
         # What the simulated column charged each block; `tessel profile --from-run` turns these
         # into a spec's costs.
