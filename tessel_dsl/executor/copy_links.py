@@ -25,7 +25,7 @@ sending order; the slot count covers the largest such reordering in its program 
 so the message it waits for never needs a slot that a message it will only take later still holds.
 
 On the CPU (gloo tests) a shared file stands in for the buffers, host threads for the streams
-and host loops for the flag kernels (`HostMemory`), so the same layout and protocol run there.
+and host loops for the flag kernels (`copy_host.HostMemory`), so the same layout and protocol run there.
 """
 from __future__ import annotations
 
