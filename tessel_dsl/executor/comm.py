@@ -105,8 +105,8 @@ class MessageManager:
     # Receives noted but not posted yet ("due" mode), per sending peer, in the plan's order.
     noted: dict[int, list[tuple[str, int, tuple[TensorMeta, ...]]]] = field(default_factory=dict)
     streams_mode: str = field(default_factory=comm_streams_mode)
-    # ``TESSEL_TRANSPORT=copy``: the links' copy-engine slots (executor/copy_links.py), set by the
-    # rank once every rank has mapped its buffer; None: the process group's send and receive.
+    # The links' copy-engine slots where ``TESSEL_TRANSPORT`` takes them (executor/copy_links.py),
+    # set by the rank once every rank has mapped its buffer; None: the process group's transfers.
     copies: object = None
 
     def __post_init__(self) -> None:

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from tessel_dsl.executor.comm import _short
+
 TRANSPORTS = ("auto", "nccl", "copy")
 AUTO_MAX_BYTES = 2 * 2**30  # ``auto`` takes NCCL where the slots would hold more than this per GPU
 ALIGN = 256  # bytes: every tensor of a message starts at a multiple, as the allocator would place it
@@ -216,10 +218,7 @@ def open_copy_links(runner, group, ranks: tuple[int, ...], mode: str) -> CopyLin
     dist.all_gather_object(got, (dist.get_rank(), runner.rank, mine, _where(runner.device)), group=group)
     if not any(links for _g, _d, links, _w in got):
         return None  # nothing crosses a GPU boundary (one device, or only multi-device blocks)
-    why = _cannot_map(got, runner, ranks)
-    verdicts: list = [None] * world
-    dist.all_gather_object(verdicts, why, group=group)
-    why = next((w for w in verdicts if w), None)
+    why = _agree(_cannot_map(got, runner, ranks), group, world)
     regions: dict[int, dict[int, Region]] = {}
     totals, channels = [], 1
     for g, _dev, links, _ in got:
@@ -233,24 +232,32 @@ def open_copy_links(runner, group, ranks: tuple[int, ...], mode: str) -> CopyLin
     if why is None and mode == "auto" and nbytes > AUTO_MAX_BYTES:
         why = f"the slots would take {nbytes / 2**30:.1f} GiB per GPU"
     if why is not None:
-        if mode == "copy":
-            raise RuntimeError(f"TESSEL_TRANSPORT=copy cannot run here: {why}")
-        return None
+        return _declined(why, mode)
     if runner.device.type == "cuda":
         buf, why = _allocate(nbytes, runner.device, 2 * channels * world)
-        verdicts = [None] * world
-        dist.all_gather_object(verdicts, why, group=group)  # every rank rendezvouses, or none
-        why = next((w for w in verdicts if w), None)
+        why = _agree(why, group, world)  # every rank rendezvouses, or none
         if why is not None:
-            if mode == "copy":
-                raise RuntimeError(f"TESSEL_TRANSPORT=copy cannot run here: {why}")
-            return None
+            return _declined(why, mode)
         mem = CudaMemory(buf, group, runner.device, runner.comm.timeout)
     else:
         from tessel_dsl.executor.copy_host import HostMemory
 
         mem = HostMemory(nbytes, group, 2 * channels * world, runner.comm.timeout)
     return CopyLinks(mem, regions, runner.rank, ranks, channels)
+
+
+def _agree(why: str | None, group, world: int) -> str | None:
+    """The first rank's reason against the copy links, the same on every rank (None: none has one)."""
+    verdicts: list = [None] * world
+    dist.all_gather_object(verdicts, why, group=group)
+    return next((w for w in verdicts if w), None)
+
+
+def _declined(why: str, mode: str) -> None:
+    """`auto` keeps NCCL; `copy`, asked for by name, is an error."""
+    if mode == "copy":
+        raise RuntimeError(f"TESSEL_TRANSPORT=copy cannot run here: {why}")
+    return None
 
 
 def _where(device: torch.device) -> tuple[str, int | None]:
@@ -264,7 +271,7 @@ def _cannot_map(got: list, runner, ranks: tuple[int, ...]) -> str | None:
     from tessel_dsl.program import Op
 
     where = {g: w for g, _d, _l, w in got}
-    host, index = where[dist.get_rank()]
+    _, index = where[dist.get_rank()]
     if len({h for h, _ in where.values()}) > 1:
         return "the run spans several hosts"
     if index is None:  # the CPU: asked for by name (auto stops earlier), a shared file stands in
@@ -287,7 +294,7 @@ def _allocate(nbytes: int, device: torch.device, flags: int) -> tuple[torch.Tens
             symm.set_signal_pad_size(4 * flags)
         return symm.empty(nbytes, dtype=torch.uint8, device=device), None
     except Exception as e:
-        return None, f"no symmetric memory here ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        return None, f"no symmetric memory here ({_short(e)})"
 
 
 class CudaMemory:
@@ -302,7 +309,7 @@ class CudaMemory:
             self.hdl = symm.rendezvous(self.buf, name)
         except Exception as e:  # no P2P between these GPUs, or no symmetric memory in this build
             raise RuntimeError(f"TESSEL_TRANSPORT=copy needs GPUs that map each other's memory (NVLink "
-                               f"peers): {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+                               f"peers): {_short(e)}") from None
         self.device, self.ms = device, max(1, int(timeout * 1000))
         self.views: dict[int, torch.Tensor] = {}
         self.streams: dict[int, torch.cuda.Stream] = {}

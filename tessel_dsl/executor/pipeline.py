@@ -256,8 +256,9 @@ class Pipeline:
         self._primed = self.device.type != "cuda" and os.environ.get("TESSEL_PRIME") != "1"
 
     def _open_copies(self) -> None:
-        """``TESSEL_TRANSPORT=copy``: map the links' buffers once the first batch has told the
-        messages' shapes (every rank steps together, so this collective lines up)."""
+        """Decide on the copy links (``TESSEL_TRANSPORT``) and map their buffers once the first
+        batch has told the messages' shapes (every rank steps together, so this collective lines
+        up); `_copies` holds the setting until then."""
         from tessel_dsl.executor.copy_links import open_copy_links
 
         self.runner.comm.copies = open_copy_links(self.runner, None, self.ranks, self._copies)

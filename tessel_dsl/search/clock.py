@@ -40,4 +40,3 @@ class Clock:
     def elapsed(self) -> float:
         """CPU seconds of this process since the search began (solver threads included)."""
         return time.process_time() - self.cpu0
-
