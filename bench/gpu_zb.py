@@ -62,6 +62,9 @@ GROUPS = ("chain", "gpt32k", "gpt512k")
 # key -> (group, model, how the spec is made, how the plan is made)
 KEYS = {
     "chain_zb": ("chain", "chain", "zb1", "tessel"), "chain_zbv": ("chain", "chain", "zb2", "tessel"),
+    # the same V searched again on the block times of a first run of chain_zbv's plan (in a full
+    # pipeline a block runs slower than profiled alone, by 5-15 % on 4 x H200, call p)
+    "chain_zbv_run": ("chain", "chain", "zb2", "tessel"),
     "chain_1f1b": ("chain", "chain", "vshape", "1f1b"),
     "gpt32k_zb": ("gpt32k", "gpt", "zb1", "tessel"), "gpt32k_zbv": ("gpt32k", "gpt", "zb2", "tessel"),
     "gpt32k_1f1b": ("gpt32k", "gpt", "vshape", "1f1b"),
@@ -77,6 +80,7 @@ def from_run_plan() -> Path:
 COSTS = ROOT / "bench" / "results" / "gpu_zb_profile_h200x4_2026-11-27.json"
 # key -> (model, placement, schedule) in the plan's file name
 NAMES = {"chain_zb": ("chain", "zerobubble", "tessel"), "chain_zbv": ("chain", "zerobubble-v", "tessel"),
+         "chain_zbv_run": ("chain", "zerobubble-v", "tessel", "run"),
          "chain_1f1b": ("chain", "vshape", "1f1b"), "gpt32k_zb": ("gpt32k", "zerobubble", "tessel"),
          "gpt32k_zbv": ("gpt32k", "zerobubble-v", "tessel"), "gpt32k_1f1b": ("gpt32k", "vshape", "1f1b"),
          "gpt512k_mshape": ("gpt512k", "mshape", "tessel"), "gpt32k_choice": ("gpt32k", "choice", "tessel"),
@@ -89,7 +93,7 @@ CHOICES = {"gpt32k_choice": "gpt32k", "gpt512k_choice": "gpt512k"}
 # costs: a hand plan run by `Pipeline` (the GPT bound block by block, `gpt.blocks_by_name`, as the
 # choice rows run), and `tessel plan`'s choice run by this executor with the GPT's own factory
 # (only where the choice binds the GPT as that factory splits it; a row named in --keys alone).
-VIA_PIPELINE = {"gpt32k_zbv_pipeline": "gpt32k_zbv"}
+VIA_PIPELINE = {"gpt32k_zbv_pipeline": "gpt32k_zbv", "gpt512k_mshape_pipeline": "gpt512k_mshape"}
 VIA_EXECUTOR = {"gpt32k_choice_executor": "gpt32k_choice", "gpt512k_choice_executor": "gpt512k_choice"}
 # What `tessel plan` is told each GPU loses before training starts (CUDA context, NCCL buffers).
 RESERVE = "6GB"
@@ -114,8 +118,8 @@ def group_of(key: str) -> str:
 
 
 def plan_file(key: str) -> Path:
-    model, placement, schedule = NAMES[base_key(key)]
-    return plan_path("gpu_zb", model, D, placement, schedule, N)
+    model, placement, schedule, *variant = NAMES[base_key(key)]
+    return plan_path("gpu_zb", model, D, placement, schedule, N, *variant)
 
 
 def spec_file(key: str) -> Path:
@@ -233,6 +237,11 @@ def plans(costs: Path, choice_runs: list[Path] = (), effort: float = 0.0, transf
     for key in CHOICES:
         if key in prof:
             info["plans"][key] = choose_plan(key, prof[key], prof.get("gpu", ""), runs.get(key), effort)
+    # rows not searched this time keep what they were searched on (a second pass may re-plan one row)
+    kept = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
+    for e in info["plans"].values():
+        e.setdefault("profile", str(costs))
+    info["plans"] = {**kept.get("plans", {}), **info["plans"]}
     write_json_atomic(OUT_DIR / "searched.json", info)
 
 
