@@ -62,9 +62,9 @@ GROUPS = ("chain", "gpt32k", "gpt512k")
 # key -> (group, model, how the spec is made, how the plan is made)
 KEYS = {
     "chain_zb": ("chain", "chain", "zb1", "tessel"), "chain_zbv": ("chain", "chain", "zb2", "tessel"),
-    # the same V searched again on the block times of a first run of chain_zbv's plan (in a full
-    # pipeline a block runs slower than profiled alone, by 5-15 % on 4 x H200, call p)
-    "chain_zbv_run": ("chain", "chain", "zb2", "tessel"),
+    # the same placements searched again on the block times of a first run of their plans (in a full
+    # pipeline a block runs slower than profiled alone, by 5-15 % on 4 x H200, calls n and p)
+    "chain_zbv_run": ("chain", "chain", "zb2", "tessel"), "chain_zb_run": ("chain", "chain", "zb1", "tessel"),
     "chain_1f1b": ("chain", "chain", "vshape", "1f1b"),
     "gpt32k_zb": ("gpt32k", "gpt", "zb1", "tessel"), "gpt32k_zbv": ("gpt32k", "gpt", "zb2", "tessel"),
     "gpt32k_1f1b": ("gpt32k", "gpt", "vshape", "1f1b"),
@@ -80,7 +80,7 @@ def from_run_plan() -> Path:
 COSTS = ROOT / "bench" / "results" / "gpu_zb_profile_h200x4_2026-11-27.json"
 # key -> (model, placement, schedule) in the plan's file name
 NAMES = {"chain_zb": ("chain", "zerobubble", "tessel"), "chain_zbv": ("chain", "zerobubble-v", "tessel"),
-         "chain_zbv_run": ("chain", "zerobubble-v", "tessel", "run"),
+         "chain_zbv_run": ("chain", "zerobubble-v", "tessel", "run"), "chain_zb_run": ("chain", "zerobubble", "tessel", "run"),
          "chain_1f1b": ("chain", "vshape", "1f1b"), "gpt32k_zb": ("gpt32k", "zerobubble", "tessel"),
          "gpt32k_zbv": ("gpt32k", "zerobubble-v", "tessel"), "gpt32k_1f1b": ("gpt32k", "vshape", "1f1b"),
          "gpt512k_mshape": ("gpt512k", "mshape", "tessel"), "gpt32k_choice": ("gpt32k", "choice", "tessel"),
