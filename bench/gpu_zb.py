@@ -546,7 +546,7 @@ def actions_per_rank(key: str) -> dict[int, int]:
 
 
 def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = True, tag: str = "",
-        torch_kinds: tuple[str, ...] | None = None, keys: set[str] | None = None, trace: bool = False,
+        torch_kinds: tuple[str, ...] | None = None, keys: list[str] | None = None, trace: bool = False,
         budget: float | None = None) -> None:
     """Every row of the groups in `only`, in one process (one machine, one table). With `trace`,
     every row also records its last warm-up iteration (bench/gpu_trace.py): one gzipped trace per
@@ -617,6 +617,8 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
         rows += [(key, f"tessel plan's choice: {choice_name(found.get(base, {}))}, this executor",
                   lambda tr, key=key: choice_by_executor(key, trace=tr, **kw), lambda key=key: actions_per_rank(key))
                  for key, base in VIA_EXECUTOR.items() if group_of(key) == group and keys is not None and key in keys]
+        if keys is not None:  # the Tessel rows in the order --keys names them (a GPU may slow down as a call goes on)
+            rows = rows[:len(kinds)] + sorted(rows[len(kinds):], key=lambda r: keys.index(r[0]))
         table, base, runs = [], None, []
         for key, name, fn, actions in rows:
             s = one(key, fn, actions)
@@ -700,7 +702,7 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="run: suffix of the result files")
     ap.add_argument("--torch", default="", help="run: comma-separated subset of PyTorch's schedules "
                     f"({','.join(gpu8.TORCH)}; default all)")
-    ap.add_argument("--keys", default="", help="run: comma-separated subset of the Tessel rows "
+    ap.add_argument("--keys", default="", help="run: comma-separated subset of the Tessel rows, run in this order "
                     f"({','.join([*KEYS, *VIA_PIPELINE, *CHOICES, *VIA_EXECUTOR])}; default all of the "
                     f"groups but {', '.join(VIA_EXECUTOR)}, which run only when named)")
     ap.add_argument("--trace", action="store_true", help="run: record one warm-up iteration of every row with "
@@ -733,7 +735,7 @@ def main() -> None:
               args.jobs)
     if args.step in ("run", "all"):
         run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag,
-            tuple(args.torch.split(",")) if args.torch else None, set(args.keys.split(",")) if args.keys else None,
+            tuple(args.torch.split(",")) if args.torch else None, list(dict.fromkeys(args.keys.split(","))) if args.keys else None,
             args.trace, args.budget)
 
 
