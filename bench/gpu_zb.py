@@ -230,13 +230,15 @@ def plans(costs: Path, choice_runs: list[Path] = (), effort: float = 0.0, transf
     with concurrent.futures.ProcessPoolExecutor(max(1, jobs), mp_context=multiprocessing.get_context("fork")) as pool:
         made = list(pool.map(_plan_one, *zip(*todo))) if todo else []
     info["plans"].update({t[0]: m for t, m in zip(todo, made)})
-    runs = {}
-    for f in choice_runs:  # later files win: the newest run of each model's choice
-        runs.update({k: v for k, v in json.loads(f.read_text()).items() if k in CHOICES and "block_seconds" in v})
+    runs: dict[str, list[dict]] = {}
+    for f in choice_runs:  # every run of each model's choices, in the order given (a later one of a placement wins)
+        for k, v in json.loads(f.read_text()).items():
+            if k in CHOICES and "block_seconds" in v:
+                runs.setdefault(k, []).append(v)
     info["choice_runs"] = [str(f) for f in choice_runs]
     for key in CHOICES:
         if key in prof:
-            info["plans"][key] = choose_plan(key, prof[key], prof.get("gpu", ""), runs.get(key), effort)
+            info["plans"][key] = choose_plan(key, prof[key], prof.get("gpu", ""), runs.get(key, []), effort)
     # rows not searched this time keep what they were searched on (a second pass may re-plan one row)
     kept = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
     for e in info["plans"].values():
@@ -256,11 +258,12 @@ def _children_cpu() -> float:
     return new
 
 
-def choose_plan(key: str, entry: dict, gpu: str, run: dict | None = None, effort: float = 0.0) -> dict:
+def choose_plan(key: str, entry: dict, gpu: str, runs: list[dict] | dict | None = None, effort: float = 0.0) -> dict:
     """`tessel plan --profile` on the units' profile measured on the GPU: the plan, its spec, its
-    binding beside `plan_file(key)`, and the candidates' table. `run`: an earlier run's report of
-    the plan `tessel plan` chose for this model, given to it as `--from-run` (that candidate
-    re-costed with the block times the run measured, and the spread overhead it showed)."""
+    binding beside `plan_file(key)`, and the candidates' table. `runs`: earlier runs' reports of the
+    plans `tessel plan` chose for this model (one report or a list), each given to it as
+    `--from-run` (each candidate that ran re-costed with the block times its run measured, and the
+    largest spread overhead they showed)."""
     import subprocess
 
     from tessel_dsl.plan import write_json_atomic
@@ -271,8 +274,9 @@ def choose_plan(key: str, entry: dict, gpu: str, run: dict | None = None, effort
     cmd = [sys.executable, "-m", "tessel_dsl.cli", "plan", "--profile", str(prof), "--devices", str(D),
            "--memory", f"{entry['memory_bytes']}B", "--reserve", RESERVE, "--microbatches", str(N),
            "--effort", str(effort), "-o", str(plan_file(key)), "--json"]
-    if run is not None:
-        report = plan_file(key).with_suffix(".run.json")
+    runs = [runs] if isinstance(runs, dict) else list(runs or ())
+    for i, run in enumerate(runs):
+        report = plan_file(key).with_suffix(f".run{i + 1 if i else ''}.json")
         write_json_atomic(report, run)
         cmd[-3:-3] = ["--from-run", str(report)]
     _children_cpu()
@@ -286,7 +290,7 @@ def choose_plan(key: str, entry: dict, gpu: str, run: dict | None = None, effort
     got = json.loads(done.stdout[done.stdout.index("{"):])
     got.update(command="tessel plan " + " ".join(cmd[4:]), device=gpu, search_cpu_s=round(cpu, 1),
                source="units profiled alone on the GPU, placement and schedule chosen by `tessel plan`"
-               + (f", with an earlier run of its {run['plan']} plan (--from-run)" if run else ""))
+               + (f", with earlier runs of its {', '.join(r['plan'] for r in runs)} plans (--from-run)" if runs else ""))
     print(key, json.dumps({k: v for k, v in got.items() if k != "rows"}))
     return got
 

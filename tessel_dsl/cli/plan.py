@@ -74,12 +74,15 @@ def plan(
                                                          "micro-batch, forward and backward each, beyond compute "
                                                          "and collectives: the rendezvous of every device at it "
                                                          "(default 0, or what --from-run measured)."),
-    from_run: Optional[Path] = typer.Option(None, "--from-run", metavar="REPORT",
-                                            help="A run report of a plan `tessel plan` wrote (`tessel run --json`, "
-                                                 "a Pipeline run's summary): that candidate is costed with the "
-                                                 "block times it measured and searched again, and the spread "
-                                                 "overhead it measured (its iteration beyond its replay, per "
-                                                 "spread block run) is used unless --spread-overhead is given."),
+    from_run: Optional[list[Path]] = typer.Option(None, "--from-run", metavar="REPORT",
+                                                  help="A run report of a plan `tessel plan` wrote (`tessel run "
+                                                       "--json`, a Pipeline run's summary): that candidate is "
+                                                       "costed with the block times it measured and searched again, "
+                                                       "and the spread overhead it measured (its iteration beyond "
+                                                       "its replay, per spread block run) is used unless "
+                                                       "--spread-overhead is given. Repeat it with the runs of each "
+                                                       "candidate tried (a later run of one replaces an earlier; "
+                                                       "the largest spread overhead is used)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="PATH",
                                           help="The plan to write (default: `plan.json` here); its spec (.tsl), "
                                                "binding (.blocks.json) and profile (.profile.json) go beside it."),
@@ -103,17 +106,17 @@ def plan(
     else:
         net = load_factory(model)()
         batch = example_batch(net, shape)
-    report = None
-    if from_run is not None:
+    reports = []
+    for path in from_run or ():
         try:
-            report = json.loads(from_run.read_text())
+            reports.append(json.loads(path.read_text()))
         except (OSError, ValueError) as e:
-            raise typer.BadParameter(f"cannot read {from_run}: {e}", param_hint="--from-run") from None
+            raise typer.BadParameter(f"cannot read {path}: {e}", param_hint="--from-run") from None
     say = None if as_json else (lambda m: err_console.print(f"[dim]{m}[/]", highlight=False))
     res = plan_model(net, batch, devices=devices, memory=memory, reserve=reserve, microbatches=microbatches,
                      time_limit=time_limit, output=output or Path("plan.json"), device=device, repeats=repeats,
                      profile=saved, progress=say, link_bandwidth=link_bandwidth, link_latency=link_latency,
-                     spread_overhead=spread_overhead, from_run=report, effort=effort)
+                     spread_overhead=spread_overhead, from_run=reports or None, effort=effort)
     files = {k: str(v) for k, v in res.files.items()}
     if as_json:
         rows = [{"candidate": r.candidate, "schedule": r.schedule, "ms": r.ms, "gb_per_device": list(r.gb),
@@ -122,14 +125,16 @@ def plan(
                                "rows": rows, "chosen": {"candidate": res.best.candidate,
                                                         "schedule": res.best.schedule},
                                "why": res.outcome.why, "spread_overhead_s": res.spread_overhead,
+                               "from_runs": [{"candidate": r.candidate, "measured_s": r.measured_s,
+                                              "replayed_s": r.replayed_s} for r in res.runs],
                                "files": files}, indent=1))
         return
     # plain lines: the table and the Pipeline call are meant to be copied, never wrapped
     typer.echo(f"profiled {len(res.profile.units)} units on {res.profile.device} in "
                f"{res.profile.seconds:.1f}s; {res.plan.schedule.microbatches} micro-batches per iteration")
-    if res.run is not None:
-        typer.echo(f"{res.run.candidate}: costed with the block times {from_run} measured (iteration "
-                   f"{res.run.measured_s * 1e3:.1f} ms, replayed {res.run.replayed_s * 1e3:.1f} ms)")
+    for path, run in zip(from_run or (), res.runs):
+        typer.echo(f"{run.candidate}: costed with the block times {path} measured (iteration "
+                   f"{run.measured_s * 1e3:.1f} ms, replayed {run.replayed_s * 1e3:.1f} ms)")
     if res.spread_overhead:
         typer.echo(f"spread blocks costed {res.spread_overhead * 1e3:.3g} ms longer each way per micro-batch "
                    f"(spread overhead)")

@@ -35,7 +35,12 @@ class PlanResult:
     spec_text: str
     files: dict[str, Path]
     spread_overhead: float = 0.0     # seconds a spread block was costed beyond compute and collectives
-    run: object = None               # the `from_run.RunCosts` a run report gave, if one was given
+    runs: tuple = ()                 # the `from_run.RunCosts` each run report gave, in the order given
+
+    @property
+    def run(self):
+        """The last run report's costs (None without one)."""
+        return self.runs[-1] if self.runs else None
 
     @property
     def best(self) -> Choice:
@@ -48,7 +53,8 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
                baselines: bool = True, profile: Profile | None = None, progress=None,
                time_limit: float | None = None, link_bandwidth: str | float | None = None,
                link_latency: float | None = None, spread_overhead: float | None = None,
-               dense_embedding_grad: bool = False, from_run: dict | None = None, effort: float = 0.0) -> PlanResult:
+               dense_embedding_grad: bool = False, from_run: dict | list[dict] | None = None,
+               effort: float = 0.0) -> PlanResult:
     """Profile `model` on `example_batch` (one micro-batch of what its forward takes), generate the
     candidate placements over `devices` devices with `memory` each (less `reserve`: CUDA context,
     buffers), search each against the baselines and return the shortest plan that fits.
@@ -69,9 +75,11 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     spread embedding's weight gradient whole on each device (see `candidates.candidates`).
 
     `from_run` is a run report of a plan `tessel plan` wrote (`tessel run --json`, a `Pipeline`
-    run's summary): the candidate that ran is costed with its measured block times and searched
-    again on them, and, when it spreads blocks and no `spread_overhead` is given, the spread
-    overhead it measured is used for every candidate (`placement.from_run`). `effort` is every
+    run's summary), or a list of them: each candidate that ran is costed with its measured block
+    times and searched again on them (a later report of the same candidate replaces an earlier
+    one), and, when no `spread_overhead` is given, the largest spread overhead the reports measured
+    is used for every candidate (`placement.from_run`). Giving the runs of every candidate tried so
+    far keeps the choice from moving to whichever one was costed from the profile alone. `effort` is every
     candidate search's `tessel search --effort` (the whole schedule re-solved from the one found).
     """
     from tessel_dsl.placement.candidates import candidates
@@ -93,15 +101,19 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     links = _links(profile.device, link_bandwidth, link_latency, spread_overhead)
     try:
         cands = candidates(profile, devices, capacity, n, links=links, dense_embedding_grad=dense_embedding_grad)
-        run = None
-        if from_run is not None:
+        runs: tuple = ()
+        reports = [from_run] if isinstance(from_run, dict) else list(from_run or ())
+        if reports:
             from tessel_dsl.placement.from_run import from_report
 
-            run = from_report(from_run, {c.name: c.spread for c in cands})
-            if spread_overhead is None and run.spread_overhead is not None:
-                links = _links(profile.device, link_bandwidth, link_latency, run.spread_overhead)
+            spread_of = {c.name: c.spread for c in cands}
+            runs = tuple(from_report(r, spread_of, where=f"run report {i + 1} of {len(reports)}" if len(reports) > 1
+                                     else "the run report") for i, r in enumerate(reports))
+            over = [r.spread_overhead for r in runs if r.spread_overhead is not None]
+            if spread_overhead is None and over:
+                links = _links(profile.device, link_bandwidth, link_latency, max(over))
             cands = candidates(profile, devices, capacity, n, links=links, dense_embedding_grad=dense_embedding_grad,
-                               measured={run.candidate: run.block_seconds})
+                               measured={r.candidate: r.block_seconds for r in runs})
     except ValueError as e:
         raise TesselError(str(e)) from None
     if budget is not None and time_limit is not None:
@@ -118,7 +130,7 @@ def plan_model(model, example_batch, *, devices: int, memory: str | int = "80GB"
     files: dict[str, Path] = {}
     if output is not None:
         files = write(plan, cand.text, cand.blocks, Path(output), profile)
-    return PlanResult(plan, outcome, profile, cand.blocks, cand.text, files, links.block_overhead, run)
+    return PlanResult(plan, outcome, profile, cand.blocks, cand.text, files, links.block_overhead, runs)
 
 
 def _links(device: str, bandwidth, latency, overhead=None):

@@ -4,15 +4,17 @@ spread over every device cost beyond them.
 A run's report (`tessel run --json`, `Pipeline`'s and the executor's `RunReport.summary()`) holds
 `block_seconds` -- each block's median duration, a spread block's including its collectives -- the
 measured iteration, and the iteration replayed from those median times with free transfers
-(`simulated_block_medians`; `simulated` in reports written before that key). `tessel plan --from-run REPORT` re-costs the candidate
-that ran with those times and searches its schedule again on them. When that candidate spreads
+(`simulated_block_medians`; `simulated` in reports written before that key). `tessel plan
+--from-run REPORT` re-costs the candidate that ran with those times and searches its schedule
+again on them; given several reports (the option repeated), each re-costs its own candidate, so
+no candidate that has run is left on the profile's figures, which the choice would favour. When that candidate spreads
 blocks over the devices, it also measures the *spread overhead*: the part of the iteration the
 replay does not hold, per execution of a spread block,
 
     (measured - replayed iteration) / (N x 2 x spread blocks)
 
 (each spread block runs forward and backward once per micro-batch on every device). Every spread
-block of every candidate is then costed that much longer, forward and backward. It is a
+block of every candidate is then costed that much longer (the largest of several reports'), forward and backward. It is a
 measurement of the machine and the runtime, not of the model's work: each spread block is a
 rendezvous of all the devices, each of which must have issued it from its host and finished what
 came before it on its GPU; where the host has work to catch up on (the DTensor dispatch of the

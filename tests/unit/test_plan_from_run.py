@@ -100,3 +100,50 @@ def test_the_cli_plans_from_a_run_report(tmp_path, capsys):
     rep.write_text("{not json")
     code, out, err = run_cli(capsys, "plan", "--profile", str(prof), "--devices", "4", "--from-run", str(rep))
     assert code != 0 and "cannot read" in err and "Traceback" not in err
+
+
+def test_several_runs_each_recost_the_candidate_that_ran():
+    """Two reports, of mshape-H and of mshape-EH: each candidate takes its own run's block times
+    (so neither is left at the profile's, which the choice would favour), the larger of the two
+    spread overheads (1.875 ms against 30 ms / 32 runs = 0.9375 ms) is used, and a later report of
+    the same candidate replaces the earlier one."""
+    from tessel_dsl.placement.api import plan_model
+
+    eh = report("mshape_EH", blocks={"E": 1e-3, "EB": 2e-3, "F0": 3e-3, "B0": 6e-3, "H": 3e-3, "HB": 4e-3})
+    res = plan_model(None, None, devices=4, memory="100GB", microbatches=8, profile=profile(),
+                     from_run=[report(), eh], baselines=False)
+    assert [r.candidate for r in res.runs] == ["mshape-H", "mshape-EH"] and res.run.candidate == "mshape-EH"
+    assert res.spread_overhead == pytest.approx(1.875e-3)
+    cands = {c.name: c for c in candidates(profile(), 4, 10**11, 8, links=Links(1e12, 0.0, 1.875e-3),
+                                           measured={r.candidate: r.block_seconds for r in res.runs})}
+    assert "block times measured by a run of it" in cands["mshape-H"].text.splitlines()[0]
+    assert "block times measured by a run of it" in cands["mshape-EH"].text.splitlines()[0]
+    assert "forward F0 on 0 time 3ms memory 20MB grad time 6ms" in cands["mshape-EH"].text.splitlines()
+    later = report(blocks={"F0": 4e-3, "B0": 7e-3, "H": 3e-3, "HB": 4e-3}, measured=0.100)
+
+    def h_ms(runs):  # mshape-H's Tessel row, one overhead for all so only the block times differ
+        got = plan_model(None, None, devices=4, memory="100GB", microbatches=8, profile=profile(), from_run=runs,
+                         baselines=False, spread_overhead=1e-3)
+        return next(r.ms for r in got.outcome.rows if r.candidate == "mshape-H" and r.schedule == "tessel")
+
+    assert h_ms([report(), later]) == h_ms([later]) != h_ms([report()])
+    res = plan_model(None, None, devices=4, memory="100GB", microbatches=8, profile=profile(),
+                     from_run=[report(), later], baselines=False)
+    assert res.spread_overhead == pytest.approx(1.875e-3)  # the first run's; the second measured none
+
+
+def test_the_cli_takes_several_runs(tmp_path, capsys):
+    import json
+
+    from tests.helpers import run_cli
+
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(profile().to_json()))
+    a, b = tmp_path / "h.json", tmp_path / "eh.json"
+    a.write_text(json.dumps(report()))
+    b.write_text(json.dumps(report("mshape_EH", blocks={"E": 1e-3, "EB": 2e-3, "H": 3e-3, "HB": 4e-3})))
+    code, out, err = run_cli(capsys, "plan", "--profile", str(prof), "--devices", "4", "--memory", "100GB",
+                             "-n", "8", "--from-run", str(a), "--from-run", str(b), "-o", str(tmp_path / "plan.json"))
+    assert code == 0, err
+    assert f"mshape-H: costed with the block times {a} measured" in out
+    assert f"mshape-EH: costed with the block times {b} measured" in out
