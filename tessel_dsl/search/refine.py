@@ -193,14 +193,21 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
 def polish(spec: Spec, result, *, solver: str, clock, effort: float):
     """`result` with its schedule for this N re-solved as a whole (every block instance free, the
     stored repetend kept for other N), on `effort` more deterministic budget, warm-started from
-    it: kept only when strictly shorter. What a user asks for with ``tessel search --effort``."""
+    it: kept only when strictly shorter. What a user asks for with ``tessel search --effort``.
+
+    Each device keeps at most the peak memory the schedule already had: with room to spare the
+    solver would otherwise return any schedule of the shortest length, however many micro-batches
+    it keeps in flight (the 32k GPT's V on 4 x H200, 80 GB a GPU: all 16 forwards of the first
+    stage before its first backward, 11.8 GB of activations on GPU 0 against 2.9 GB at the same
+    length with the cap; tests/integration/test_search_polish.py)."""
     from tessel_dsl.search.notes import note
 
     sched = result.schedule
     before = sched.makespan(spec)
     proofs: list[str] = []
-    better, improved = refine_ends(spec, sched, solver=solver, time_limit=clock.left(), effort=effort,
-                                   proofs=proofs, polishing=True)
+    kept = tuple(min(c, p) for c, p in zip(spec.capacities, sched.peak_memory(spec)))
+    better, improved = refine_ends(replace(spec, device_memory=kept, reserved=()), sched, solver=solver,
+                                   time_limit=clock.left(), effort=effort, proofs=proofs, polishing=True)
     if not improved:
         return result
     after = better.makespan(spec)
