@@ -9,6 +9,13 @@ solvers, the GPU machine has torch alone):
   here:  python bench/gpu_zb.py plans --costs FILE       search on them -> bench/plans/gpu_zb/
   there: PYTHONPATH=. python bench/gpu_zb.py run         the tables -> $OUT/gpu_zb.{md,json}
 
+and a second pass, since in a whole pipeline a block runs longer than profiled alone (5-15 % on
+the chain, 4 x H200):
+
+  here:  python bench/gpu_zb.py replan --runs RUN.json  the chain rows searched again on the block
+         times RUN.json measured -> the rows chain_zb_run and chain_zbv_run (and a costs file)
+  there: PYTHONPATH=. python bench/gpu_zb.py run --only chain --keys chain_zbv_run,chain_zb_run
+
 The profile step also times one activation's transfer between two GPUs (`profile_link`); the
 plans step searches with that transfer as the spec's `link` (the search keeps it as a lag between
 a block and its consumer on another GPU) and with `--effort` (default 60, `tessel search
@@ -245,6 +252,41 @@ def plans(costs: Path, choice_runs: list[Path] = (), effort: float = 0.0, transf
         e.setdefault("profile", str(costs))
     info["plans"] = {**kept.get("plans", {}), **info["plans"]}
     write_json_atomic(OUT_DIR / "searched.json", info)
+
+
+# row -> the row whose run's block times it is searched again on (`replan`)
+SECOND_PASS = {"chain_zbv_run": "chain_zbv", "chain_zb_run": "chain_zb"}
+
+
+def replan(runs: list[Path], effort: float, jobs: int = 1) -> Path:
+    """The second pass: each SECOND_PASS row's costs are the block times that the newest of `runs`
+    (JSON files of the run step) holding its first row measured, the link the profile measured
+    (searched.json's profile); written beside the plans as ``second_pass_costs.json``, then
+    searched by `plans` like any profile."""
+    from tessel_dsl.plan import write_json_atomic
+
+    found: dict[str, tuple[Path, dict]] = {}
+    for f in runs:  # a later file wins
+        data = json.loads(f.read_text())
+        for tables in [data, *(v for v in data.values() if isinstance(v, dict))]:
+            for row, first in SECOND_PASS.items():
+                if isinstance(tables.get(first), dict) and "block_seconds" in tables[first]:
+                    found[row] = (f, tables[first])
+    if not found:
+        raise SystemExit(f"none of {', '.join(map(str, runs))} holds a run of {', '.join(SECOND_PASS.values())}")
+    searched = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
+    profile = Path(searched["profile"]) if Path(searched.get("profile", "")).exists() else COSTS
+    costs = {"gpu": searched.get("gpu", ""), "date": time.strftime("%Y-%m-%d"),
+             "link": json.loads(profile.read_text()).get("link", {})}
+    for row, (f, entry) in found.items():
+        costs[row] = {"block_seconds": entry["block_seconds"], "device": entry.get("device", ""),
+                      "source": f"{f.name} ({SECOND_PASS[row]}'s run)"}
+        if not spec_file(row).exists():
+            write_json_atomic(spec_file(row), json.loads(spec_file(SECOND_PASS[row]).read_text()))
+    out = OUT_DIR / "second_pass_costs.json"
+    write_json_atomic(out, costs)
+    plans(out, effort=effort, jobs=jobs)
+    return out
 
 
 _CHILD_CPU = [0.0]
@@ -694,8 +736,10 @@ def main() -> None:
     from gpu_common import arg_parser
 
     ap = arg_parser(__doc__)
-    ap.add_argument("step", nargs="?", choices=("prepare", "profile", "plans", "run", "all"))
+    ap.add_argument("step", nargs="?", choices=("prepare", "profile", "plans", "run", "replan", "all"))
     ap.add_argument("--costs", type=Path, help="plans: the profile JSON written by the profile step")
+    ap.add_argument("--runs", default="", help="replan: comma-separated run JSONs of this script; the chain rows "
+                    "are searched again on the block times they measured")
     ap.add_argument("--choice-runs", default="", help="plans: comma-separated run JSONs of this script whose "
                     "choice rows `tessel plan` is given as --from-run (the newest per model)")
     ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS)
@@ -737,6 +781,10 @@ def main() -> None:
         costs = args.costs or Path(args.out) / "gpu_zb_profile.json"
         plans(costs, [Path(f) for f in args.choice_runs.split(",") if f], args.effort, not args.no_transfers,
               args.jobs)
+    if args.step == "replan":
+        if not args.runs:
+            raise SystemExit("replan needs --runs: the JSON files of a run step")
+        print("costs:", replan([Path(f) for f in args.runs.split(",")], args.effort, args.jobs))
     if args.step in ("run", "all"):
         run(args.out, only, args.steps, args.warmup, not args.no_torch, args.tag,
             tuple(args.torch.split(",")) if args.torch else None, list(dict.fromkeys(args.keys.split(","))) if args.keys else None,
