@@ -25,7 +25,6 @@ exactly those devices (all of the plan's or a subset).
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
@@ -37,11 +36,10 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tessel_dsl.errors import ExecutionError
-from tessel_dsl.executor.batch_agreement import BatchAgreement
+from tessel_dsl.executor import pipeline_setup as setup_
 from tessel_dsl.executor.bind import Binding
 from tessel_dsl.executor.boundary_trace import Trace
 from tessel_dsl.executor.checkpoint import load_checkpoint, save_checkpoint
-from tessel_dsl.executor.meta_init import materialise
 from tessel_dsl.executor.model_api import TensorMeta, forward_succs
 from tessel_dsl.executor.preflight import (
     as_pair,
@@ -49,7 +47,6 @@ from tessel_dsl.executor.preflight import (
     check_batch,
     check_pipeline,
     check_setup,
-    check_world,
     split_batch,
 )
 from tessel_dsl.plan import Plan, plan_to_json
@@ -93,195 +90,21 @@ class Pipeline:
         self.devices, self.n = spec.devices, self.plan.schedule.microbatches
         if batch is not None:
             check_batch(setup, model, batch, loss_weight)
-        self._join(replicas, mesh, device, timeout)
+        setup_.join(self, replicas, mesh, device, timeout)
         self.model = model
         self.binding = Binding(model, self.blocks, self.graph)
         self.binding.device = self.device
         here = [b for b in self.order if self.pp_rank in spec.block(b).devices]
-        self._materialise(here, init)
-        self._parallelize(here)
+        setup_.materialise_local(self, here, init)
+        setup_.parallelize(self, here)
         self.stage = _Stage(self, here)
-        self._tie_groups()
-        self._host_group(timeout)
+        setup_.tie_groups(self)
+        setup_.host_group(self, timeout)
         self._traces: dict[Any, Trace] = {}
         self.trace: Trace | None = None
         self.iteration = 0
         self._last = None
-        self._make_runner(timeout)
-
-    # -- setting up -------------------------------------------------------------------------
-    def _join(self, replicas, mesh, device, timeout) -> None:
-        """Join (or reuse) the process group and place this rank in the (dp, pp) mesh."""
-        if not dist.is_initialized():
-            if "RANK" not in os.environ:
-                raise ExecutionError("no process group: start the ranks with torchrun or "
-                                     "tessel_dsl.executor.local_ranks.run_ranks")
-            backend, bind = ("nccl", None) if torch.cuda.is_available() else ("gloo", None)
-            if backend == "nccl":
-                bind = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-                torch.cuda.set_device(bind)
-            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), device_id=bind)
-        world, D = dist.get_world_size(), self.devices
-        if mesh is not None:
-            shape = tuple(mesh.mesh.shape)
-            if len(shape) != 2 or shape[1] != D:
-                raise ExecutionError(f"the mesh must be (replicas, {D}) for a {D}-device plan, got {shape}")
-            replicas = shape[0]
-        replicas = check_world(D, world, replicas)
-        self.replicas, self.rank = replicas, dist.get_rank()
-        self.replica, self.pp_rank = divmod(self.rank, D)
-        self.backend = dist.get_backend()
-        if device is None:
-            if self.backend == "nccl":
-                device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", self.rank % torch.cuda.device_count())))
-                torch.cuda.set_device(device)
-            else:
-                device = torch.device("cpu")
-        self.device = torch.device(device)
-        if mesh is None:
-            from torch.distributed.device_mesh import init_device_mesh
-
-            mesh = init_device_mesh(self.device.type, (replicas, D), mesh_dim_names=("dp", "pp"))
-        self.mesh = mesh
-        self.ranks = tuple(int(r) for r in mesh.mesh[self.replica].tolist())
-        self.dp_group = mesh.get_group(0) if replicas > 1 else None
-
-    def _materialise(self, here: list[str], init) -> None:
-        """Local submodules onto the device (allocated and `init`-ed when on meta), the others'
-        parameters onto meta, so a rank holds only its own part of the model (`meta_init`)."""
-        self.local = [f for b in here for f in self.blocks[b]]
-        materialise(self.model, self.binding.modules, set(self.local), self.device, init)
-
-    def _parallelize(self, here: list[str]) -> None:
-        """Shard the submodules of local multi-device blocks with their DTensor plans, each over a
-        DeviceMesh of exactly its block's devices in this replica: the mesh's "pp" dimension for a
-        block on all of them, a mesh on a sub-group for a block on some (a tensor-parallel pair
-        {1, 2} of four devices, say)."""
-        from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
-
-        meshes = self._block_meshes()
-        for b in here:
-            if b in self.tp:
-                mesh = meshes[tuple(sorted(self.plan.spec.block(b).devices))]
-                styles = {f: s for f, s in self.tp[b].items() if isinstance(s, ParallelStyle)}
-                parallelize_module(self.model, mesh, styles)
-                for f, make in self.tp[b].items():
-                    if f in styles:
-                        continue
-                    if not callable(make):
-                        raise ExecutionError(f"tensor-parallel plan for {b!r} gives {f!r} a {type(make).__name__}: "
-                                             f"a ParallelStyle or a function (module, mesh) -> module is needed")
-                    self._swap(f, make(self.model.get_submodule(f), mesh))
-                self.binding.hooked[b] = [self.model.get_submodule(f) for f in styles]
-
-    def _swap(self, fqn: str, new: nn.Module) -> None:
-        """Put `new` (a `tp=` entry's module, made from the submodule it replaces) at `fqn`, with
-        the block dispatch the bound submodule had: a ParallelStyle can only hook or re-lay the
-        module it is given, not replace it."""
-        parent, _, name = fqn.rpartition(".")
-        self.model.get_submodule(parent).register_module(name, new)
-        if fqn in self.binding.modules:
-            old = self.binding.modules[fqn]
-            self.binding.originals[fqn] = new.forward
-            new.forward = vars(old).pop("forward")  # the dispatcher, which reads originals when called
-            self.binding.modules[fqn] = new
-
-    def _block_meshes(self) -> dict[tuple[int, ...], Any]:
-        """This rank's DeviceMesh for each device set of a tensor-parallel block it is in. Every
-        rank creates the sub-group of every such set of every replica, in one order (`new_group`
-        is collective over the world), and builds meshes on the groups it belongs to."""
-        from torch.distributed.device_mesh import DeviceMesh
-
-        spec, every = self.plan.spec, tuple(range(self.devices))
-        sets = sorted({tuple(sorted(spec.block(b).devices)) for b in self.tp})
-        meshes: dict[tuple[int, ...], Any] = {}
-        for devs in sets:
-            if devs == every:
-                meshes[devs] = self.mesh["pp"]
-                continue
-            for k in range(self.replicas):
-                ranks = [int(self.mesh.mesh[k][d]) for d in devs]
-                group = dist.new_group(ranks)
-                if self.rank in ranks:
-                    meshes[devs] = DeviceMesh.from_group(group, self.device.type)
-        return meshes
-
-    def _tie_groups(self) -> None:
-        """The process group of each set of devices holding a tied parameter whose gradient
-        parts are summed (`ties.py`), created by every rank in one order (`new_group` is
-        collective over the world); this rank keeps the groups of the sets it is in."""
-        self.summed = [t for t in self.ties if t.count]
-        self.tie_groups: dict[tuple[int, ...], Any] = {}
-        for devs in sorted({t.ranks for t in self.summed}):
-            if len(devs) == self.devices:
-                self.tie_groups[devs] = self.mesh.get_group("pp")
-                continue
-            for k in range(self.replicas):
-                ranks = [int(self.mesh.mesh[k][d]) for d in devs]
-                group = dist.new_group(ranks)
-                if self.rank in ranks:
-                    self.tie_groups[devs] = group
-
-    def _host_group(self, timeout: float) -> None:
-        """The batch checks over this replica's pipeline ranks (`BatchAgreement`), with a group
-        that exchanges host tensors (the batch's layout) without touching the GPU: the pipeline's
-        own group where it is gloo, else a gloo group of the same ranks, created by every rank
-        for every replica in one order (`new_group` is collective over the world)."""
-        pp = self.mesh.get_group("pp")
-        host = pp
-        if self.device.type != "cpu":
-            for k in range(self.replicas):
-                ranks = [int(r) for r in self.mesh.mesh[k].tolist()]
-                group = dist.new_group(ranks, timeout=datetime.timedelta(seconds=timeout), backend="gloo")
-                if k == self.replica:
-                    host = group
-        self.agreement = BatchAgreement(self.ranks, self.replica, host, pp, self.device)
-
-    def _make_runner(self, timeout: float) -> None:
-        from tessel_dsl.executor.copy_links import transport_mode
-        from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
-        from tessel_dsl.executor.runtime import RankRunner
-
-        links = {}
-        # Every rank creates every replica's links, in one order: new_group is collective.
-        for k in range(self.replicas):
-            made = make_links(self.plan.programs, self.backend, tuple(int(r) for r in self.mesh.mesh[k].tolist()))
-            if k == self.replica:
-                links = made
-        warm_up_device(self.device)
-        warm_up_links(links, self.pp_rank, self.device, self.ranks)
-        self.runner = RankRunner(self.plan, self.stage, self.pp_rank, self.device, timeout, None, links, self.ranks)
-        self._copies = transport_mode()
-        self._links, self._timeout = links, timeout
-        self._primed = self.device.type != "cuda" and os.environ.get("TESSEL_PRIME") != "1"
-
-    def _open_copies(self) -> None:
-        """Decide on the copy links (``TESSEL_TRANSPORT``) and map their buffers once the first
-        batch has told the messages' shapes (every rank steps together, so this collective lines
-        up); `_copies` holds the setting until then."""
-        from tessel_dsl.executor.copy_links import open_copy_links
-
-        self.runner.comm.copies = open_copy_links(self.runner, None, self.ranks, self._copies)
-        self._copies = None
-
-    def _prime(self) -> None:
-        """On GPUs, run the first batch once through the blocking lowering of the same schedule
-        and drop its gradients: first-time costs (library handles, allocator growth) are paid
-        with nothing in flight, where a posted receive spinning on the GPU could otherwise wait
-        forever for a peer stuck the same way (see the executor's `rank._prime`)."""
-        import dataclasses
-
-        from tessel_dsl.executor.runtime import RankRunner
-        from tessel_dsl.lower import lower
-
-        blocking = dataclasses.replace(self.plan, programs=lower(self.plan.spec, self.plan.schedule, blocking=True))
-        with self._loss_parallel():
-            RankRunner(blocking, self.stage, self.pp_rank, self.device, self._timeout, None, self._links,
-                       self.ranks, self.runner.comm.copies).step(-1)
-        for p in self.parameters():
-            p.grad = None
-        dist.barrier()
-        self._primed = True
+        setup_.make_runner(self, timeout)
 
     # -- what the user sees -----------------------------------------------------------------
     def parameters(self) -> Iterator[nn.Parameter]:
@@ -317,9 +140,9 @@ class Pipeline:
         inputs, target = as_pair(inputs, target)
         self._prepare(inputs, target)
         if self._copies:
-            self._open_copies()
+            setup_.open_copies(self)
         if not self._primed:
-            self._prime()
+            setup_.prime(self)
         weights = self._weights()
         with self._loss_parallel():
             result = self.runner.step(self.iteration, collect=True, wait=False)
@@ -400,9 +223,9 @@ class Pipeline:
             raise ExecutionError("this plan is for training: use step(inputs, target)")
         self._prepare(inputs, ())
         if self._copies:
-            self._open_copies()
+            setup_.open_copies(self)
         if not self._primed:
-            self._prime()
+            setup_.prime(self)
         result = self.runner.step(self.iteration, collect=True)
         self._last = result
         step, self.iteration = self.iteration, self.iteration + 1
