@@ -2,15 +2,15 @@
 mesh, the DeviceMeshes and DTensor plans of its tensor-parallel blocks, the groups of its tied
 parameters and of its batch checks, and its runner with its links (NCCL's or the copy engines').
 
-Every function takes the `Pipeline` being built and sets what it makes on it; each one that
-creates process groups does so on every rank in one order, since `new_group` is collective over
-the world.
+Every function takes the `Pipeline` being built (`pipe`; not imported here, which would make a
+cycle) and sets what it makes on it; each one that creates process groups does so on every rank
+in one order, since `new_group` is collective over the world.
 """
 from __future__ import annotations
 
 import datetime
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -21,11 +21,8 @@ from tessel_dsl.executor.batch_agreement import BatchAgreement
 from tessel_dsl.executor.meta_init import materialise
 from tessel_dsl.executor.preflight import check_world
 
-if TYPE_CHECKING:
-    from tessel_dsl.executor.pipeline import Pipeline
 
-
-def join(pipe: "Pipeline", replicas, mesh, device, timeout) -> None:
+def join(pipe, replicas, mesh, device, timeout) -> None:
     """Join (or reuse) the process group and place this rank in the (dp, pp) mesh."""
     if not dist.is_initialized():
         if "RANK" not in os.environ:
@@ -62,14 +59,14 @@ def join(pipe: "Pipeline", replicas, mesh, device, timeout) -> None:
     pipe.dp_group = mesh.get_group(0) if replicas > 1 else None
 
 
-def materialise_local(pipe: "Pipeline", here: list[str], init) -> None:
+def materialise_local(pipe, here: list[str], init) -> None:
     """Local submodules onto the device (allocated and `init`-ed when on meta), the others'
     parameters onto meta, so a rank holds only its own part of the model (`meta_init`)."""
     pipe.local = [f for b in here for f in pipe.blocks[b]]
     materialise(pipe.model, pipe.binding.modules, set(pipe.local), pipe.device, init)
 
 
-def parallelize(pipe: "Pipeline", here: list[str]) -> None:
+def parallelize(pipe, here: list[str]) -> None:
     """Shard the submodules of local multi-device blocks with their DTensor plans, each over a
     DeviceMesh of exactly its block's devices in this replica: the mesh's "pp" dimension for a
     block on all of them, a mesh on a sub-group for a block on some (a tensor-parallel pair
@@ -92,7 +89,7 @@ def parallelize(pipe: "Pipeline", here: list[str]) -> None:
             pipe.binding.hooked[b] = [pipe.model.get_submodule(f) for f in styles]
 
 
-def swap(pipe: "Pipeline", fqn: str, new: nn.Module) -> None:
+def swap(pipe, fqn: str, new: nn.Module) -> None:
     """Put `new` (a `tp=` entry's module, made from the submodule it replaces) at `fqn`, with
     the block dispatch the bound submodule had: a ParallelStyle can only hook or re-lay the
     module it is given, not replace it."""
@@ -105,7 +102,7 @@ def swap(pipe: "Pipeline", fqn: str, new: nn.Module) -> None:
         pipe.binding.modules[fqn] = new
 
 
-def block_meshes(pipe: "Pipeline") -> dict[tuple[int, ...], Any]:
+def block_meshes(pipe) -> dict[tuple[int, ...], Any]:
     """This rank's DeviceMesh for each device set of a tensor-parallel block it is in. Every
     rank creates the sub-group of every such set of every replica, in one order (`new_group`
     is collective over the world), and builds meshes on the groups it belongs to."""
@@ -126,7 +123,7 @@ def block_meshes(pipe: "Pipeline") -> dict[tuple[int, ...], Any]:
     return meshes
 
 
-def tie_groups(pipe: "Pipeline") -> None:
+def tie_groups(pipe) -> None:
     """The process group of each set of devices holding a tied parameter whose gradient
     parts are summed (`ties.py`), created by every rank in one order (`new_group` is
     collective over the world); this rank keeps the groups of the sets it is in."""
@@ -143,7 +140,7 @@ def tie_groups(pipe: "Pipeline") -> None:
                 pipe.tie_groups[devs] = group
 
 
-def host_group(pipe: "Pipeline", timeout: float) -> None:
+def host_group(pipe, timeout: float) -> None:
     """The batch checks over this replica's pipeline ranks (`BatchAgreement`), with a group
     that exchanges host tensors (the batch's layout) without touching the GPU: the pipeline's
     own group where it is gloo, else a gloo group of the same ranks, created by every rank
@@ -159,7 +156,7 @@ def host_group(pipe: "Pipeline", timeout: float) -> None:
     pipe.agreement = BatchAgreement(pipe.ranks, pipe.replica, host, pp, pipe.device)
 
 
-def make_runner(pipe: "Pipeline", timeout: float) -> None:
+def make_runner(pipe, timeout: float) -> None:
     from tessel_dsl.executor.copy_links import transport_mode
     from tessel_dsl.executor.groups import make_links, warm_up_device, warm_up_links
     from tessel_dsl.executor.runtime import RankRunner
@@ -178,7 +175,7 @@ def make_runner(pipe: "Pipeline", timeout: float) -> None:
     pipe._primed = pipe.device.type != "cuda" and os.environ.get("TESSEL_PRIME") != "1"
 
 
-def open_copies(pipe: "Pipeline") -> None:
+def open_copies(pipe) -> None:
     """Decide on the copy links (``TESSEL_TRANSPORT``) and map their buffers once the first
     batch has told the messages' shapes (every rank steps together, so this collective lines
     up); `_copies` holds the setting until then."""
@@ -188,7 +185,7 @@ def open_copies(pipe: "Pipeline") -> None:
     pipe._copies = None
 
 
-def prime(pipe: "Pipeline") -> None:
+def prime(pipe) -> None:
     """On GPUs, run the first batch once through the blocking lowering of the same schedule
     and drop its gradients: first-time costs (library handles, allocator growth) are paid
     with nothing in flight, where a posted receive spinning on the GPU could otherwise wait
