@@ -16,15 +16,15 @@ from lark import Lark, Token
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.indenter import DedentError, Indenter
 
-from tessel_dsl import units as U
 from tessel_dsl.errors import Diagnostic, Location, SpecError, TesselError, TslSyntaxError
-from tessel_dsl.ir import Block, Edge, Mode, Spec
+from tessel_dsl.ir import Edge, Mode, Spec
 from tessel_dsl.lang import syntax as A
+from tessel_dsl.lang.assemble import device_memory, link_backwards, placed
 from tessel_dsl.lang.derive import derive_backward, project_infer
 from tessel_dsl.lang.options import grammar_block_options
 from tessel_dsl.lang.plain_lines import split_plain_lines
+from tessel_dsl.lang.source_text import Unreadable, check_statement_length, read_spec_text
 from tessel_dsl.lang.tree import ToAst
-from tessel_dsl.limits import MAX_SPEC_BYTES, MAX_STATEMENT_CHARS
 
 __all__ = ["parse", "parse_file"]
 
@@ -187,7 +187,7 @@ def parse_module(text: str, file: str) -> A.Module:
     text = text.lstrip("\ufeff")
     if not text.endswith("\n"):
         text += "\n"
-    _check_statement_length(text, file)
+    check_statement_length(text, file)
 
     def parse_expr(src: str, loc: Location) -> A.Expr:
         tree = _parse_tree(src, file, "expr", (loc.line - 1, loc.column - 1), text)
@@ -225,80 +225,16 @@ def _keywords() -> frozenset[str]:
 # ---- evaluation -----------------------------------------------------------------------------
 
 
-class _Unreadable(Exception):
-    """A spec file that cannot or must not be read; the message never quotes its content."""
-
-
-def read_spec_text(path, *, include: bool = False) -> str:
-    """The text of a spec file: a regular file of at most MAX_SPEC_BYTES, UTF-8. An include must
-    also be named ``*.tsl`` (after following links), so `include` cannot be pointed at a device,
-    a pipe or another kind of file whose first line a syntax error would print."""
-    import os
-    import stat
-
-    p = Path(path)
-    try:
-        if include and (p.suffix != ".tsl" or Path(os.path.realpath(p)).suffix != ".tsl"):
-            raise _Unreadable("only .tsl spec files can be included")
-        st = os.stat(p)
-        # An include must be a regular file; the spec named on the command line may also be a
-        # pipe (`<(...)`), read only up to the size limit below.
-        if not stat.S_ISREG(st.st_mode) and (include or stat.S_ISDIR(st.st_mode)):
-            raise _Unreadable("not a regular file")
-        if st.st_size > MAX_SPEC_BYTES:
-            raise _Unreadable(f"larger than {MAX_SPEC_BYTES >> 20} MiB")
-        with open(p, "rb") as fh:
-            raw = fh.read(MAX_SPEC_BYTES + 1)
-    except OSError as e:
-        raise _Unreadable(e.strerror or type(e).__name__) from None
-    except ValueError:  # a NUL byte in the path
-        raise _Unreadable("the path contains a NUL byte") from None
-    if len(raw) > MAX_SPEC_BYTES:
-        raise _Unreadable(f"larger than {MAX_SPEC_BYTES >> 20} MiB")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _Unreadable(f"not UTF-8 text (byte {e.start})") from None
-
-
 def _loader(diags: list[Diagnostic]):
     def load(path: str, loc: Location) -> A.Module | None:
         try:
             text = read_spec_text(path, include=True)
-        except _Unreadable as e:
+        except Unreadable as e:
             shown = path.replace("\x00", "\\0")  # printable, even with a NUL byte
             diags.append(Diagnostic("include-error", f"cannot include {shown}: {e}", loc))
             return None
         return parse_module(text, path)
     return load
-
-
-def _check_statement_length(text: str, file: str) -> None:
-    """Refuse a statement longer than MAX_STATEMENT_CHARS before the parser sees it (its cost grows
-    faster than linearly with one statement's length). Lines inside brackets join one statement."""
-    import re
-
-    if len(text) > MAX_SPEC_BYTES:
-        raise SpecError([Diagnostic("too-large", f"spec text is larger than {MAX_SPEC_BYTES >> 20} MiB",
-                                    Location(file, 1, 1))])
-    depth, start = 0, 0
-    for m in re.finditer(r'[()\[\]{}\n]|#[^\n]*|"[^"\n]*"', text):
-        c = m.group()
-        if m.start() - start > MAX_STATEMENT_CHARS:
-            first = text.count("\n", 0, start) + 1
-            raise SpecError([Diagnostic("too-large", f"a statement longer than {MAX_STATEMENT_CHARS} characters "
-                                        "(split it up, or use a loop)", Location(file, first, 1))])
-        if c == "\n":
-            if depth == 0:
-                start = m.end()
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth = max(0, depth - 1)
-    if len(text) - start > MAX_STATEMENT_CHARS:
-        first = text.count("\n", 0, start) + 1
-        raise SpecError([Diagnostic("too-large", f"a statement longer than {MAX_STATEMENT_CHARS} characters "
-                                    "(split it up, or use a loop)", Location(file, first, 1))])
 
 
 def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str | None = None) -> Spec:
@@ -314,7 +250,7 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
         diags.append(Diagnostic("bad-mode", f"mode must be train or infer, got {mode!r}"))
         mode = None
     chosen = Mode(mode or out.mode or "train")
-    blocks, edges = _link_backwards(ev, ev.blocks, diags), ev.edges
+    blocks, edges = link_backwards(ev, ev.blocks, diags), ev.edges
     if out.derive_time is not None:
         blocks, edges = derive_backward(blocks, edges, out.derive_time, ev.forward_opts, diags, out.derive_loc,
                                        ev._time_res[1] if ev._time_res else "unit")
@@ -341,13 +277,13 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
     memory = out.memory if out.memory is not None else 0
     if chosen is Mode.INFER and out.infer_memory is not None:
         memory = out.infer_memory
-    device_memory, reserved = _device_memory(ev, out, chosen, memory, diags)
+    per_device, reserved = device_memory(ev, out, chosen, memory, diags)
     spec = Spec(
         name=out.name or (Path(module.file).stem if module.file != "<string>" else "spec"),
         devices=out.devices or 0, memory=memory, blocks=tuple(blocks), edges=tuple(unique),
         microbatches=out.microbatches, mode=chosen, expectations=tuple(ev.expectations),
         units=out.units, link=out.link, params=tuple(ev.param_text), source=module.file,
-        device_memory=device_memory, reserved=reserved,
+        device_memory=per_device, reserved=reserved,
     )
     if out.devices is not None and out.memory is not None and not ev.stopped:
         # A reserve above its capacity has been reported at its `memory` line already.
@@ -357,10 +293,10 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
             found = [d for d in found if d.code not in ("unknown-name", "no-blocks")]
         elif diags:
             found = [d for d in found if d.code != "no-blocks"]
-        diags += [_placed(d, ev, module.file) for d in found]
+        diags += [placed(d, ev, module.file) for d in found]
     if not diags and (spec.devices < 1 or not spec.blocks):
         # Whatever was skipped said nothing: a spec with nothing to schedule is never accepted.
-        diags.append(_placed(Diagnostic("bad-devices", "the spec has no usable device count")
+        diags.append(placed(Diagnostic("bad-devices", "the spec has no usable device count")
                              if spec.devices < 1 else Diagnostic("no-blocks", "the placement declares no blocks"),
                              ev, module.file))
     warnings: list[Diagnostic] = list(ev.rounded)
@@ -373,62 +309,6 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
                                   d.location.line if d.location else 0, d.location.column if d.location else 0))
         raise SpecError(cap_repeated(diags))
     return replace(spec, warnings=tuple(warnings)) if warnings else spec
-
-
-def _placed(d: Diagnostic, ev, file: str) -> Diagnostic:
-    """A whole-spec diagnostic without a place (from `check`, which also takes specs built in
-    Python) at the line it is about: the `placement` line, or the top of the file."""
-    if d.location is not None:
-        return d
-    where = ev._seen_header.get("devices") if d.code == "bad-devices" else ev._seen_header.get("placement")
-    return replace(d, location=where or Location(file, 1, 1))
-
-
-def _device_memory(ev, out, mode: Mode, memory: int, diags: list[Diagnostic]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Per-device capacity and reserve for the IR (empty tuples when every device has the
-    default and nothing is reserved), and an error for a device whose reserve exceeds its capacity."""
-    n = out.devices or 0
-    caps, res = [memory] * n, [out.reserve] * n
-    for d, (train, infer) in out.device_memory.items():
-        if 0 <= d < n:
-            caps[d] = infer if mode is Mode.INFER and infer is not None else train
-    for d, r in out.device_reserve.items():
-        if 0 <= d < n:
-            res[d] = r
-    show = ev._mem_show()
-    for d in range(n):
-        if res[d] > caps[d]:
-            loc = ev._memory_locs.get(d, ev._seen_header.get("memory"))
-            diags.append(Diagnostic("reserve-too-large", f"device {d} reserves "
-                                    f"{U.show_memory(res[d], *show)} of its {U.show_memory(caps[d], *show)} "
-                                    f"(capacity left {U.show_memory(caps[d] - res[d], *show)}, below zero)", loc))
-    device_memory = tuple(caps) if any(c != memory for c in caps) else ()
-    reserved = tuple(res) if any(res) else ()
-    return device_memory, reserved
-
-
-def _link_backwards(ev, blocks: list[Block], diags: list[Diagnostic]) -> list[Block]:
-    """Fill `forward` (from the name when `of` is omitted) and devices (the forward's) of written-out
-    backward blocks."""
-    by_name = {b.name: b for b in blocks}
-    out = list(blocks)
-    for index, decl in ev.pending_of:
-        b = out[index]
-        fwd = b.forward
-        if fwd is None:
-            guesses = (["F" + b.name[1:]] if b.name.startswith("B") and len(b.name) > 1 else []) \
-                + ([b.name[:-1]] if b.name.endswith("B") and len(b.name) > 1 else [])
-            fwd = next((g for g in guesses if g in by_name), None)
-            if fwd is None:
-                diags.append(Diagnostic("missing-forward", f"{b.kind.value} block {b.name} does not say "
-                                        f"which forward block it differentiates (write `of NAME`)", b.span))
-                continue
-        devices = b.devices
-        if decl.devices is None:
-            f = by_name.get(fwd)
-            devices = f.devices if f is not None else ()
-        out[index] = replace(b, devices=devices, forward=fwd)
-    return out
 
 
 def parse(text: str, file: str = "<string>", sets: dict[str, str] | None = None,
@@ -463,6 +343,6 @@ def parse_file(path, sets: dict[str, str] | None = None, mode: str | None = None
     """Read, parse and check a `.tsl` file (includes are relative to it)."""
     try:
         text = read_spec_text(path)
-    except _Unreadable as e:
+    except Unreadable as e:
         raise SpecError([Diagnostic("cannot-read", f"cannot read spec: {e}", Location(str(path), 0, 0))]) from None
     return parse(text, str(path), sets, mode)
