@@ -80,6 +80,12 @@ def summary(spec, plan) -> dict:
     }
 
 
+def _num(x: float) -> int | float:
+    """A bound or a period as a person reads it: whole, or to two decimals (a memory bound is a
+    fraction such as 2560/3)."""
+    return int(x) if x == int(x) else round(x, 2)
+
+
 def _period(s: dict) -> str:
     if not s["period"]:
         return "- (no repetend; solved directly)"
@@ -89,9 +95,7 @@ def _period(s: dict) -> str:
         period += f" for {s['repetend_copies']} micro-batches ({s['period_per_microbatch']:g} each)"
     bound = in_time(s, s["lower_bound"])
     if s.get("memory_bound", 0) > s["lower_bound"]:
-        mem = s["memory_bound"]
-        mem = int(mem) if mem == int(mem) else round(mem, 2)
-        bound = f"{in_time(s, mem)} from memory, {bound} from work"
+        bound = f"{in_time(s, _num(s['memory_bound']))} from memory, {bound} from work"
     return f"{period}  (lower bound {bound}: {verdict})"
 
 
@@ -105,10 +109,9 @@ def _running(s: dict) -> str | None:
             return None
         return "- (no steady state at this N: the row below is the repetend kept for larger N)"
     bound = max(s["lower_bound"], s.get("memory_bound", 0))
-    shown = int(run) if run == int(run) else round(run, 2)
     verdict = "at the bound" if bound and run <= bound + 1e-9 else (
-        f"{(run - bound) / bound * 100:.1f}% above the bound {in_time(s, bound)}" if bound else "")
-    return f"{in_time(s, shown)} per micro-batch  ({verdict}; the row below is the repetend kept for other N)"
+        f"{(run - bound) / bound * 100:.1f}% above the bound {in_time(s, _num(bound))}" if bound else "")
+    return f"{in_time(s, _num(run))} per micro-batch  ({verdict}; the row below is the repetend kept for other N)"
 
 
 def _makespan(s: dict) -> str:

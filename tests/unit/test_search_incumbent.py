@@ -164,6 +164,9 @@ def test_the_summary_states_the_period_the_plan_runs():
                  "memory_bound": 88.3}
     assert _running(other).startswith("108.5 per micro-batch  (21.9% above the bound 89;")
     assert "- (no steady state" in _running(other | {"running_period": None})
+    # A memory bound is a fraction: shown to two decimals, as the repetend's row shows it.
+    thirds = other | {"lower_bound": 80, "memory_bound": 2560 / 30}
+    assert _running(thirds).startswith("108.5 per micro-batch  (27.1% above the bound 85.33;")
 
 
 def test_a_baseline_with_no_steady_state_at_this_n_still_reextends():
