@@ -99,7 +99,9 @@ def _simulate(spec: Spec, programs: tuple[Program, ...], schedule: Schedule | No
         bubble=total,
         bubble_per_device=per,
         period=steady_period(engine.starts, n, _repetend_windows(schedule, n)),
-        planned_period=rep.period if rep is not None else None,
+        # Only a schedule laid out from its repetend plans that period: one that runs another order
+        # for this N (a baseline's that beat the extension) keeps the repetend for other N only.
+        planned_period=rep.period if rep is not None and schedule.repetend_start is not None else None,
         lower_bound=lower_bound(spec),
         peak_memory=tuple(engine.memory.peak),
         memory_capacity=spec.memory,

@@ -20,7 +20,7 @@ from tessel_dsl.search.optimal import optimal
 from tessel_dsl.search.repetend import nr_limit
 from tessel_dsl.simulator import simulate as run_plan
 from tessel_dsl.validate import validate
-from tests.paths import ROOT
+from tests.paths import ROOT, SPECS
 
 
 def simulated(spec, result) -> int:
@@ -239,3 +239,20 @@ def test_interleaved_at_its_bound_keeps_the_searched_repetend_for_other_n():
     longer = reextend(spec, r.schedule, 32, info=r.info)
     validate(spec, longer)
     assert longer.makespan(spec) < build(spec, "interleaved-1f1b", 32).makespan(spec)
+
+
+def test_simulate_names_no_planned_period_for_an_order_its_repetend_did_not_lay_out():
+    """`tessel simulate`'s "(planned P)" is the repetend's period; a plan that runs a baseline's
+    order for its N (no `repetend_start`: the slots are not the repetend's extension) keeps its
+    repetend for other N only, so nothing is said to be planned. A plan laid out from its
+    repetend still says it."""
+    from tessel_dsl.simulator import simulate
+
+    spec = parse(CAPPED)
+    r = search(spec)
+    assert r.schedule.repetend is not None and r.schedule.repetend_start is None
+    assert simulate(make_plan(spec, r.schedule, r.info)).planned_period is None
+    vshape = parse_file(SPECS / "vshape.tsl", sets={"D": "4", "N": "8"})
+    laid = search(vshape)
+    assert laid.schedule.repetend_start is not None
+    assert simulate(make_plan(vshape, laid.schedule, laid.info)).planned_period == laid.schedule.repetend.period
