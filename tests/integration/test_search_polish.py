@@ -27,9 +27,10 @@ def _chain_v(n: int = 6):
     return replace(spec, blocks=blocks, memory=28, link=Link(3.0, 0.0))
 
 
-def test_effort_finds_a_shorter_schedule_that_keeps_every_lag(monkeypatch):
-    # The search without effort is the search with effort up to the polish, which it hands the
-    # result it would return (deterministic): taken there, it is not searched twice.
+def _with_and_without_polish(monkeypatch, spec, effort: float):
+    """(the search's result without effort, with it): the search without effort is the search
+    with effort up to the polish, which it hands the result it would return (deterministic), so
+    it is taken there and the spec is not searched twice."""
     from tessel_dsl.search import refine
 
     handed = []
@@ -40,9 +41,14 @@ def test_effort_finds_a_shorter_schedule_that_keeps_every_lag(monkeypatch):
         return original(spec, result, **kw)
 
     monkeypatch.setattr(refine, "polish", spy)
-    spec = _chain_v()
-    polished = search(spec, effort=5)
+    polished = search(spec, effort=effort)
     [plain] = handed
+    return plain, polished
+
+
+def test_effort_finds_a_shorter_schedule_that_keeps_every_lag(monkeypatch):
+    spec = _chain_v()
+    plain, polished = _with_and_without_polish(monkeypatch, spec, 5)
     assert plain.schedule.makespan(spec) == 676
     assert polished.schedule.makespan(spec) == 666  # strictly shorter, and said so
     assert any(x.kind == "polished" for x in polished.info.notes)
@@ -76,19 +82,8 @@ def test_the_polish_keeps_each_device_within_the_peak_it_started_from(monkeypatc
     length: uncapped, this one came back 1 unit shorter holding 56 / 32 / 32 / 32 units at peak
     against the 48 / 28 / 30 / 32 of the schedule it started from. Every device stays within its
     starting peak, and the schedule is still no longer."""
-    from tessel_dsl.search import refine
-
-    handed = []
-    original = refine.polish
-
-    def spy(spec, result, **kw):
-        handed.append(result)
-        return original(spec, result, **kw)
-
-    monkeypatch.setattr(refine, "polish", spy)
     spec = replace(_chain_v(8), memory=10**6)
-    polished = search(spec, effort=5)
-    [plain] = handed
+    plain, polished = _with_and_without_polish(monkeypatch, spec, 5)
     before, after = plain.schedule.peak_memory(spec), polished.schedule.peak_memory(spec)
     assert all(a <= b for a, b in zip(after, before)), (before, after)
     assert polished.schedule.makespan(spec) < plain.schedule.makespan(spec)
