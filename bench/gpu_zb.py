@@ -214,6 +214,13 @@ def _plan_one(key: str, entry: dict, gpu: str, link_s: float, effort: float) -> 
     return made
 
 
+def searched_record() -> dict:
+    """What the plans step recorded (`searched.json`: each row's plan and the costs it was searched
+    on); empty before any plans step."""
+    f = OUT_DIR / "searched.json"
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
 def plans(costs: Path, choice_runs: list[Path] = (), effort: float = 0.0, transfers: bool = True,
           jobs: int = 1) -> None:
     """Search (or build 1F1B) on the measured costs; save each plan and what it was searched on.
@@ -247,7 +254,7 @@ def plans(costs: Path, choice_runs: list[Path] = (), effort: float = 0.0, transf
         if key in prof:
             info["plans"][key] = choose_plan(key, prof[key], prof.get("gpu", ""), runs.get(key, []), effort)
     # rows not searched this time keep what they were searched on (a second pass may re-plan one row)
-    kept = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
+    kept = searched_record()
     for e in info["plans"].values():
         e.setdefault("profile", str(costs))
     info["plans"] = {**kept.get("plans", {}), **info["plans"]}
@@ -274,7 +281,7 @@ def replan(runs: list[Path], effort: float, jobs: int = 1) -> Path:
                     found[row] = (f, tables[first])
     if not found:
         raise SystemExit(f"none of {', '.join(map(str, runs))} holds a run of {', '.join(SECOND_PASS.values())}")
-    searched = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
+    searched = searched_record()
     profile = Path(searched["profile"]) if Path(searched.get("profile", "")).exists() else COSTS
     costs = {"gpu": searched.get("gpu", ""), "date": time.strftime("%Y-%m-%d"),
              "link": json.loads(profile.read_text()).get("link", {})}
@@ -604,7 +611,7 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
     import gpu_trace
 
     started = time.time()
-    searched = json.loads((OUT_DIR / "searched.json").read_text()) if (OUT_DIR / "searched.json").exists() else {}
+    searched = searched_record()
     found = searched.get("plans", {})
     wanted = [k for k in [*KEYS, *VIA_PIPELINE, *CHOICES, *VIA_EXECUTOR]
               if group_of(k) in only and (keys is None or k in keys) and (k not in VIA_EXECUTOR or keys)]
@@ -741,7 +748,7 @@ def main() -> None:
     ap.add_argument("--runs", default="", help="replan: comma-separated run JSONs of this script; the chain rows "
                     "are searched again on the block times they measured")
     ap.add_argument("--choice-runs", default="", help="plans: comma-separated run JSONs of this script whose "
-                    "choice rows `tessel plan` is given as --from-run (the newest per model)")
+                    "choice rows `tessel plan` is given as --from-run (every run of a model's choices, in this order)")
     ap.add_argument("--only", default=",".join(GROUPS), help="comma-separated subset of " + ",".join(GROUPS)
                     + " (run: in this order)")
     ap.add_argument("--steps", type=int, default=3, help="measured iterations per row")
