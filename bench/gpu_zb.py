@@ -34,9 +34,9 @@ Groups (``--only``):
 * ``gpt32k``: the GPT's layers with a 32k vocabulary, the embedding on the first stage and the
   head and loss on the last;
 * ``gpt512k``: the GPT with a 512k vocabulary: the M-shape (vocabulary-parallel embedding and
-  head) against Schedule1F1B. Its embedding and head span every GPU and cannot be timed alone,
+  head). Its embedding and head span every GPU and cannot be timed alone,
   so its costs are the block times of a first run of the plan (``--from-run``'s way).
-For chain and gpt32k: torch's Schedule1F1B (D stages), ScheduleInterleaved1F1B and
+For every group: torch's Schedule1F1B (D stages), ScheduleInterleaved1F1B and
 ScheduleInterleavedZeroBubble (2D stages, looped), ScheduleZBVZeroBubble (2D stages in a V);
 Tessel's search on specs/zerobubble.tsl (a chain of D stages, backward split into input and
 weight gradients) and on its V placement (``C=2``: two chunks per GPU, ZB-V's placement); and
@@ -341,6 +341,9 @@ def choose_plan(key: str, entry: dict, gpu: str, runs: list[dict] | dict | None 
                source="units profiled alone on the GPU, placement and schedule chosen by `tessel plan`"
                + (f", with earlier runs of its {', '.join(r['plan'] for r in runs)} plans (--from-run)" if runs else ""))
     print(key, json.dumps({k: v for k, v in got.items() if k != "rows"}))
+    # kept at once, so that a choice made on its own (not by the plans step) names its row in the tables
+    kept = searched_record()
+    write_json_atomic(OUT_DIR / "searched.json", {**kept, "plans": {**kept.get("plans", {}), key: got}})
     return got
 
 
@@ -648,7 +651,7 @@ def run(out: str, only: set[str], steps: int, warmup: int, torch_rows: bool = Tr
 
     for group in only if isinstance(only, list) else [g for g in GROUPS if g in only]:
         m, model = margs(group), ("chain" if group == "chain" else "gpt")
-        kinds = (("1f1b",) if group == "gpt512k" else tuple(gpu8.TORCH)) if torch_rows else ()
+        kinds = tuple(gpu8.TORCH) if torch_rows else ()
         kinds = tuple(k for k in kinds if torch_kinds is None or k in torch_kinds)
 
         def torch_fn(k, m=m, model=model):

@@ -113,3 +113,24 @@ def test_trace_summary_counts_kernels_host_gaps_and_syncs_of_the_marked_iteratio
     assert s["comm_ms"] == pytest.approx(0.030) and s["kernels"] == 4
     assert s["host_gap_ms"] == pytest.approx(0.045) and s["host_gap_us_per_action"] == pytest.approx(15.0)
     assert (s["syncs"], s["sync_ms"], s["allocs"]) == (1, pytest.approx(0.015), 1)
+
+
+def test_gpu_zb_choice_made_on_its_own_is_recorded_for_the_tables(tmp_path, monkeypatch):
+    """A choice made by calling `choose_plan` alone (as the results pages do for `--from-run`)
+    must land in searched.json beside the other rows' records, or the run's table names its
+    placement '?'."""
+    import subprocess as sp
+    import types
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_zb
+
+    monkeypatch.setattr(gpu_zb, "OUT_DIR", tmp_path)
+    (tmp_path / "searched.json").write_text(json.dumps({"profile": "p.json", "plans": {"gpt32k_zbv": {"plan": "v"}}}))
+    monkeypatch.setattr(gpu_zb, "plan_file", lambda key: tmp_path / f"{key}.json")
+    chosen = {"chosen": {"candidate": "mshape-EH", "schedule": "tessel"}, "rows": []}
+    monkeypatch.setattr(sp, "run", lambda *a, **k: types.SimpleNamespace(returncode=0, stdout=json.dumps(chosen), stderr=""))
+    gpu_zb.choose_plan("gpt512k_choice", {"units_profile": {}, "memory_bytes": 1 << 30}, "cpu")
+    kept = json.loads((tmp_path / "searched.json").read_text())
+    assert kept["profile"] == "p.json" and kept["plans"]["gpt32k_zbv"] == {"plan": "v"}
+    assert gpu_zb.choice_name(kept["plans"]["gpt512k_choice"]) == "mshape-EH / tessel"
