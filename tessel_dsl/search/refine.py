@@ -77,6 +77,17 @@ def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = No
             tuned = searched_capped(spec, n, clock=clock)
             if tuned is not None:
                 found.append((tuned.makespan(spec), len(found), tuned, NAME))
+        # Memory-aware interleaved 1F1B with its set size searched (`setwidth.py`), when shorter.
+        from tessel_dsl.search.setwidth import NAME as SET_NAME
+        from tessel_dsl.search.setwidth import searched_interleaved
+
+        from tessel_dsl.search.bounds import makespan_bound
+
+        for span, _, _, name in list(found):
+            if name == "interleaved-1f1b" and span > makespan_bound(spec, n):  # else nothing is shorter
+                tuned = searched_interleaved(spec, n, span, clock=clock)
+                if tuned is not None:
+                    found.append((tuned.makespan(spec), len(found), tuned, SET_NAME))
         _BUILT[:] = [(spec, n, [(sched, name) for _, _, sched, name in sorted(found)],
                     clock is None or not clock.spent())]
     best = _BUILT[0][2][0] if _BUILT[0][2] else None

@@ -336,6 +336,18 @@ def _played_interleaved(spec: Spec, stages, groups: int, chunks: int, n: int, wi
     return seq
 
 
+def spread_rounds(spec: Spec, stages, groups: int, rows: list[list[tuple[str, int, int]]]) -> list[list[Key]]:
+    """Per-device orders of (block, micro-batch) from each device group's interleaved work queue
+    of ("F" | "B", chunk, micro-batch)."""
+    orders: list[list[Key]] = [[] for _ in range(spec.devices)]
+    for g, row in enumerate(rows):
+        keys = [(name, mb) for phase, c, mb in row
+                for name in (stages[c * groups + g].forward if phase == "F" else stages[c * groups + g].backward)]
+        for d in stages[g].devices:
+            orders[d] = list(keys)
+    return orders
+
+
 def interleaved_orders(spec: Spec, n: int) -> list[list[Key]]:
     """Interleaved 1F1B (Megatron-LM): each device group runs several chunks of one chain. Group
     g starts with ``(groups - g - 1) * 2 + (chunks - 1) * groups`` forwards, forwards taken in sets
@@ -364,13 +376,7 @@ def interleaved_orders(spec: Spec, n: int) -> list[list[Key]]:
         return sched.makespan(spec) if sched.fits_memory(spec) else None
 
     def spread(rows: list[list[tuple[str, int, int]]]) -> list[list[Key]]:
-        orders: list[list[Key]] = [[] for _ in range(spec.devices)]
-        for g, row in enumerate(rows):
-            keys = [(name, mb) for phase, c, mb in row
-                    for name in (stages[c * groups + g].forward if phase == "F" else stages[c * groups + g].backward)]
-            for d in stages[g].devices:
-                orders[d] = list(keys)
-        return orders
+        return spread_rounds(spec, stages, groups, rows)
 
     ideal = [min(n * chunks, (groups - g - 1) * 2 + (chunks - 1) * groups) for g in range(groups)]
     for cap in range(max(ideal), 0, -1):
