@@ -64,6 +64,9 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "polished": lambda v: (
         f"re-solving the whole schedule for N={v['n']} on effort {_g(v['effort'])} shortened the makespan "
         f"from {v['before']} to {v['after']}"),
+    "polished-lean": lambda v: (
+        f"a schedule of the same length ({v['after']}) re-solved within the peak memory of {v['baseline'].upper()} "
+        f"for N={v['n']} is used: it holds less"),
     "copies-beat": lambda v: (
         f"a repetend holding each block {v['k']} times (period {v['period']} for {v['k']} micro-batches, "
         f"{_g(v['period'] / v['k'])} each) beats the one-copy repetend (period {v['one_copy_period']}): "
