@@ -226,7 +226,8 @@ def polish(spec: Spec, result, *, solver: str, clock, effort: float):
     lean = _lean(spec, better, kept, solver=solver, clock=clock, effort=effort)
     said = []
     if lean is not None:
-        better, name = lean
+        # the slots only: the plan keeps its name and the repetend it re-extends from
+        better, name = replace(better, slots=lean[0].slots), lean[1]
         said.append(note("polished-lean", n=sched.microbatches, baseline=name, after=better.makespan(spec) * clock.unit))
     elif not improved:
         return result

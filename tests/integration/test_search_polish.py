@@ -119,3 +119,6 @@ def test_the_polish_prefers_the_baselines_memory_when_that_costs_no_time(monkeyp
     zbv = build(spec, "zb-v", 8).peak_memory(spec)
     assert all(a <= z for a, z in zip(lean.schedule.peak_memory(spec), zbv))
     assert sum(lean.schedule.peak_memory(spec)) < sum(plain.schedule.peak_memory(spec))
+    # still the search's plan: its name, and the repetend it re-extends from
+    assert lean.schedule.name == plain.schedule.name
+    assert lean.schedule.repetend == plain.schedule.repetend and lean.schedule.warmup == plain.schedule.warmup
