@@ -48,22 +48,27 @@ def finish(spec: Spec, sched: Schedule, *, solver: str, clock: Clock,
            cuts: list[str] | None = None, proofs: list[str] | None = None) -> tuple[Schedule, list[Note]]:
     """The best valid schedule for this N: the extension, or a shorter applicable baseline, with
     its ends re-solved (`refine.py`); the stored repetend, warmup and cooldown stay for re-extension."""
-    from tessel_dsl.search.refine import best_baseline
+    from tessel_dsl.search.bounds import makespan_bound
+    from tessel_dsl.search.refine import FULL_RESOLVE_TASKS, best_baseline
 
     n, span = sched.microbatches, sched.makespan(spec)
     base = best_baseline(spec, n, than=span, clock=clock)
-    # When a baseline is shorter, both it and the extension get their ends re-solved and the
-    # shorter is kept: the extension's can come out shorter (interleaved D=4, N=16: the extension
-    # 152 -> 142 where the set-size baseline's 151 re-solves to 147), or the baseline's (M-shape
-    # D=8, N=8: 84 against the extension's 100 -> 85).
+    # The extension's ends are re-solved first (its warmup and cooldown regions only, cheap); a
+    # shorter baseline then replaces it when the baseline as it is, or with its ends re-solved,
+    # is shorter still. The extension's re-solve can win (interleaved D=4, N=16: 152 -> 142 where
+    # the set-size baseline's 151 re-solves to 147). A baseline re-solves whole (it keeps no
+    # repetend to hold the middle), so it is re-solved only when it is already shorter or small
+    # (`FULL_RESOLVE_TASKS`; M-shape D=8, N=8: 84 against the extension's 100 -> 85), not above
+    # the extension's result at any size (14 s of CPU at interleaved D=4, N=28, for nothing).
     got = _resolved(spec, sched, [], solver, clock)
-    if base is not None:
+    if base is not None and (base[0].makespan(spec) < got[0].makespan(spec) or (
+            got[0].makespan(spec) > makespan_bound(spec, n) and len(sched.slots) <= FULL_RESOLVE_TASKS)):
         other, name = base
         start = replace(sched, slots=other.slots, repetend_start=None)
         said = [note("baseline-beats", baseline=name, n=n, makespan=other.makespan(spec) * clock.unit,
                      extended=span * clock.unit)]
         theirs = _resolved(spec, start, said, solver, clock)
-        if theirs[0].makespan(spec) <= got[0].makespan(spec):
+        if theirs[0].makespan(spec) < got[0].makespan(spec):
             got = theirs
     if cuts is not None:
         cuts += got[2]
