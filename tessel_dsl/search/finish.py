@@ -48,44 +48,18 @@ def finish(spec: Spec, sched: Schedule, *, solver: str, clock: Clock,
            cuts: list[str] | None = None, proofs: list[str] | None = None) -> tuple[Schedule, list[Note]]:
     """The best valid schedule for this N: the extension, or a shorter applicable baseline, with
     its ends re-solved (`refine.py`); the stored repetend, warmup and cooldown stay for re-extension."""
-    from tessel_dsl.search.bounds import makespan_bound
-    from tessel_dsl.search.refine import FULL_RESOLVE_TASKS, best_baseline
+    from tessel_dsl.search.refine import best_baseline, refine_ends
 
+    notes = []
     n, span = sched.microbatches, sched.makespan(spec)
     base = best_baseline(spec, n, than=span, clock=clock)
-    # The extension's ends are re-solved first (its warmup and cooldown regions only, cheap); a
-    # shorter baseline then replaces it when the baseline as it is, or with its ends re-solved,
-    # is shorter still. The extension's re-solve can win (interleaved D=4, N=16: 152 -> 142 where
-    # the set-size baseline's 151 re-solves to 147). A baseline re-solves whole (it keeps no
-    # repetend to hold the middle), so it is re-solved only when it is already shorter or small
-    # (`FULL_RESOLVE_TASKS`; M-shape D=8, N=8: 84 against the extension's 100 -> 85), not above
-    # the extension's result at any size (14 s of CPU at interleaved D=4, N=28, for nothing).
-    got = _resolved(spec, sched, [], solver, clock)
-    if base is not None and (base[0].makespan(spec) < got[0].makespan(spec) or (
-            got[0].makespan(spec) > makespan_bound(spec, n) and len(sched.slots) <= FULL_RESOLVE_TASKS)):
+    if base is not None:
         other, name = base
-        start = replace(sched, slots=other.slots, repetend_start=None)
-        said = [note("baseline-beats", baseline=name, n=n, makespan=other.makespan(spec) * clock.unit,
-                     extended=span * clock.unit)]
-        theirs = _resolved(spec, start, said, solver, clock)
-        if theirs[0].makespan(spec) < got[0].makespan(spec):
-            got = theirs
-    if cuts is not None:
-        cuts += got[2]
-    if proofs is not None:
-        proofs += got[3]
-    return got[0], got[1]
-
-
-def _resolved(spec: Spec, sched: Schedule, notes: list[Note], solver: str, clock: Clock):
-    """(`sched` with its ends re-solved, `notes` and what the re-solve said, its cuts, its proofs)."""
-    from tessel_dsl.search.refine import refine_ends
-
-    cuts: list[str] = []
-    proofs: list[str] = []
+        notes.append(note("baseline-beats", baseline=name, n=n, makespan=other.makespan(spec) * clock.unit,
+                          extended=span * clock.unit))
+        sched = replace(sched, slots=other.slots, repetend_start=None)
     before = sched.makespan(spec)
-    done, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left(), cuts=cuts, proofs=proofs)
+    sched, better = refine_ends(spec, sched, solver=solver, time_limit=clock.left(), cuts=cuts, proofs=proofs)
     if better:
-        notes = notes + [note("ends-resolved", n=sched.microbatches, before=before * clock.unit,
-                              after=done.makespan(spec) * clock.unit)]
-    return done, notes, cuts, proofs
+        notes.append(note("ends-resolved", n=n, before=before * clock.unit, after=sched.makespan(spec) * clock.unit))
+    return sched, notes

@@ -58,7 +58,7 @@ def test_a_drifted_number_is_reported(doc_numbers, tmp_path, monkeypatch):
     problems = _run(doc_numbers, "--only", "search-d4", "search-end-resolve", "--rows", "vshape/infer")
     assert len(problems) == 2, problems
     assert "vshape infer, N=32 makespan (bubble): docs say '36 (8.6%)', the tool gives '35 (8.6%)'" in problems[0]
-    assert "docs say 85 / 1, the tool gives 88 / 76" in problems[1]
+    assert "docs say 85 / 1, the tool gives 85 / " in problems[1]
 
 
 def test_to_cells_are_solved_on_a_deterministic_budget_unless_a_limit_is_given(doc_numbers, monkeypatch):

@@ -111,15 +111,16 @@ def test_end_resolve_skips_the_solver_when_already_at_the_bound(monkeypatch):
 
 
 def test_search_result_at_small_n_is_pinned_to_the_optimum():
-    # The repetend joins leave 88 (memory-aware interleaved 1F1B's order with its set size searched
-    # is 83); the end re-solve (the whole schedule free at this size) brings the extension to 76,
-    # which meets the makespan lower bound, so it is the optimum, not just a good schedule.
+    # The repetend joins leave 88, memory-aware interleaved 1F1B's order 85; the end re-solve (the
+    # whole schedule free at this size) brings it to 76, which meets the makespan lower bound, so
+    # it is the optimum, not just a good schedule.
     spec = _spec("interleaved", 4)
     result = search_mod.search(spec, microbatches=8)
     validate(spec, result.schedule)
     assert result.schedule.makespan(spec) == 76
     said = {x.kind: x.values for x in result.info.notes}
-    assert said["ends-resolved"] == {"n": 8, "before": 88, "after": 76}
+    assert said["baseline-beats"] == {"baseline": "interleaved-1f1b", "n": 8, "makespan": 85, "extended": 88}
+    assert said["ends-resolved"] == {"n": 8, "before": 85, "after": 76}
     assert result.info.makespan_bound == 76
 
 
