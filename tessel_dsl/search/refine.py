@@ -86,7 +86,8 @@ def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = No
             # Only above the bound (else nothing is shorter), and only where the schedule is too
             # large for the end re-solve, which on smaller ones finds more than a set size would
             # (interleaved D=4, N=16: 142 from the extended repetend, 147 from the best set size).
-            if name == "interleaved-1f1b" and span > makespan_bound(spec, n) and n * len(spec.blocks) > REFINE_MAX_TASKS:
+            large = n * len(spec.blocks) > REFINE_MAX_TASKS
+            if name == "interleaved-1f1b" and large and span > makespan_bound(spec, n):
                 tuned = searched_interleaved(spec, n, span, clock=clock)
                 if tuned is not None:
                     found.append((tuned.makespan(spec), len(found), tuned, SET_NAME))
@@ -231,7 +232,8 @@ def polish(spec: Spec, result, *, solver: str, clock, effort: float):
     if lean is not None:
         # the slots only: the plan keeps its name and the repetend it re-extends from
         better, name = replace(better, slots=lean[0].slots), lean[1]
-        said.append(note("polished-lean", n=sched.microbatches, baseline=name, after=better.makespan(spec) * clock.unit))
+        said.append(note("polished-lean", n=sched.microbatches, baseline=name,
+                         after=better.makespan(spec) * clock.unit))
     elif not improved:
         return result
     after = better.makespan(spec)

@@ -375,12 +375,10 @@ def interleaved_orders(spec: Spec, n: int) -> list[list[Key]]:
             return None
         return sched.makespan(spec) if sched.fits_memory(spec) else None
 
-    def spread(rows: list[list[tuple[str, int, int]]]) -> list[list[Key]]:
-        return spread_rounds(spec, stages, groups, rows)
-
     ideal = [min(n * chunks, (groups - g - 1) * 2 + (chunks - 1) * groups) for g in range(groups)]
     for cap in range(max(ideal), 0, -1):
-        orders = spread([_interleaved_queue(n, groups, chunks, g, min(ideal[g], cap)) for g in range(groups)])
+        queues = [_interleaved_queue(n, groups, chunks, g, min(ideal[g], cap)) for g in range(groups)]
+        orders = spread_rounds(spec, stages, groups, queues)
         span = fitting(orders)
         if span is None:
             continue
@@ -393,7 +391,7 @@ def interleaved_orders(spec: Spec, n: int) -> list[list[Key]]:
             played = _played_interleaved(spec, stages, groups, chunks, n, width)
             if played is None:
                 continue
-            orders = spread(played)
+            orders = spread_rounds(spec, stages, groups, played)
             span = fitting(orders)
             if span is not None and (best is None or span < best[0]):
                 best = (span, orders)
