@@ -41,6 +41,7 @@ from gpu_common import (
     GPT,
     ROOT,
     arg_parser,
+    compute_actions,
     costed,
     gpu_info,
     join_group,
@@ -303,6 +304,7 @@ def tessel_row(plan: Path, model: str, margs: dict, replicas: int, steps: int, w
                            timeout=100, collect=True, model_args=margs, replicas=replicas)
     s = rep.summary()
     s.pop("timeline", None)
+    s["actions"] = compute_actions(rep)
     s.update(replicas=replicas, peak_gib=mem.gib(rep.plan.spec.devices * replicas), wall_s=round(time.time() - t, 1))
     return s
 

@@ -224,6 +224,15 @@ def torch_1f1b(world: int, n: int, steps: int = 3, warmup: int = 2) -> dict:
             "measured": {"iteration": it}, "throughput_mb_per_s": n / it, "wall_s": round(time.time() - t, 1)}
 
 
+def compute_actions(rep) -> list[list[list]]:
+    """Every measured iteration's compute actions as ``[device, action, start us, end us]``: the
+    per-instance times behind the medians the tables print, so two rows whose medians differ can
+    be told apart action by action without a profiler trace."""
+    from tessel_dsl.executor.trace import _computes
+
+    return [[[d, a, round(s * 1e6), round(e * 1e6)] for d, a, s, e in _computes(t)] for t in rep.timelines]
+
+
 def gpu_info() -> str:
     import torch
 

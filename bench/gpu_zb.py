@@ -60,7 +60,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import gpu8
-from gpu_common import GPT, PLANS, ROOT, TINY, gpu_info, need_plans, plan_path, record, smoke
+from gpu_common import GPT, PLANS, ROOT, TINY, compute_actions, gpu_info, need_plans, plan_path, record, smoke
 
 D, N = 4, gpu8.N
 OUT_DIR = PLANS / "gpu_zb"
@@ -571,8 +571,9 @@ def pipeline_row(key: str, steps: int, warmup: int, trace: str | None = None) ->
         got = run_ranks(_pipeline_rank, D, str(plan_file(key)), m, steps, warmup, trace, blocks,
                         timeout=300, threads=1)
     ranks = [RankResult(rank=g["rank"], device=g["device"], steps=g["steps"], transport=g["transport"]) for g in got]
-    s = RunReport.from_ranks(plan, ranks, "gloo" if smoke() else "nccl").summary()
-    s.update(loss=got[0]["loss"], replicas=1, peak_gib=mem.gib(D), allocated_gib=[g["allocated_gib"] for g in got],
+    rep = RunReport.from_ranks(plan, ranks, "gloo" if smoke() else "nccl")
+    s = rep.summary()
+    s.update(actions=compute_actions(rep), loss=got[0]["loss"], replicas=1, peak_gib=mem.gib(D), allocated_gib=[g["allocated_gib"] for g in got],
              step_wall_s=[max(w) for w in zip(*(g["walls"] for g in got))], wall_s=round(time.time() - t, 1),
              runner="Pipeline")
     return s

@@ -55,6 +55,19 @@ def test_gpu_zb_runs_the_hand_v_by_the_executor_and_by_pipeline_to_one_loss(tmp_
         ref = sum(float(model.loss(mb)) for mb in range(gpu8.N)) / gpu8.N
     assert by_executor["loss"] == pytest.approx(ref, rel=1e-5) and by_pipeline["loss"] == pytest.approx(ref, rel=1e-5)
     assert len(by_pipeline["wait_share_measured"]) == len(by_pipeline["wait_share_simulated"]) == 2
+    # Both rows keep every compute action of every iteration: each block instance once, on the
+    # device the plan puts it on (the per-instance times the medians came from).
+    from tessel_dsl.plan import load_plan
+    from tessel_dsl.program import Action
+
+    (plan_path,) = (tmp_path / "plans" / "gpu_zb").glob("gpt32k2_zerobubble-v_tessel_n16.json")
+    spec = load_plan(plan_path).spec
+    want = sorted((b.devices[0], b.name, mb) for b in spec.blocks for mb in range(gpu8.N))
+    for row in (by_executor, by_pipeline):
+        assert len(row["actions"]) == len(row["iterations"]) == 1
+        got = sorted((d, Action.parse(a).block, Action.parse(a).mb) for d, a, _, _ in row["actions"][0])
+        assert got == want
+        assert all(end >= start for _, _, start, end in row["actions"][0])
 
 
 @pytest.mark.slow
