@@ -68,6 +68,13 @@ def test_gpu_zb_runs_the_hand_v_by_the_executor_and_by_pipeline_to_one_loss(tmp_
         got = sorted((d, Action.parse(a).block, Action.parse(a).mb) for d, a, _, _ in row["actions"][0])
         assert got == want
         assert all(end >= start for _, _, start, end in row["actions"][0])
+    # bench/gpu_actions.py reads them: device 0's busy time, the sum of its actions' durations.
+    import gpu_actions
+
+    busy = sum(e - s for d, _, s, e in by_executor["actions"][0] if d == 0) / 1e3
+    lines = gpu_actions.compare(by_executor, by_pipeline, 0, 0, 5)
+    assert lines[0].startswith(f"device 0: busy (sum of action medians) {busy:.2f} / ")
+    assert sum(line.startswith("| F0 |") for line in lines) == 1
 
 
 @pytest.mark.slow
