@@ -111,7 +111,7 @@ def zbv(d=4, n=4, m=None, infer=False, **costs) -> Spec:
 # (SHIPPED_PLACEMENT below) and expect the same.
 APPLICABLE = {
     zbchain: ({"gpipe", "zb-h1", "zb-h1-capped"}, {"gpipe", "1f1b", "1f1b-capped", "1f1b+"}),
-    zbv: ({"gpipe", "zb-v"}, {"gpipe"}),
+    zbv: ({"gpipe", "zb-v", "zb-v-capped"}, {"gpipe"}),
     interleaved: ({"gpipe", "interleaved-1f1b"},),
     vshape: ({"gpipe", "1f1b", "1f1b-capped", "1f1b+"},),
     xshape: ({"gpipe", "chimera"},),

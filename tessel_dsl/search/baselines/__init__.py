@@ -28,6 +28,7 @@ from tessel_dsl.search.baselines.classic import (
 )
 from tessel_dsl.search.baselines.listsched import Key
 from tessel_dsl.search.baselines.zbcapped import zb_capped_orders
+from tessel_dsl.search.baselines.zbvcapped import zb_v_capped_orders
 from tessel_dsl.search.baselines.zerobubble import zb_h1_orders, zb_v_orders
 from tessel_dsl.search.compact import compact
 from tessel_dsl.validate import validate
@@ -66,6 +67,9 @@ RECORDS: tuple[Baseline, ...] = (
              "ZB-H1 played out in time, each stage keeping as many micro-batches resident as its memory holds",
              seeds_search=True),
     Baseline("zb-v", zb_v_orders, "zero-bubble ZB-V: two chunks per device in a V, split backward",
+             seeds_search=True),
+    Baseline("zb-v-capped", zb_v_capped_orders,
+             "ZB-V played out in time, each device admitting as many micro-batches as its memory holds",
              seeds_search=True),
 )
 

@@ -235,6 +235,22 @@ def _one_f_one_b_sequence(n: int, warm: int) -> list[tuple[str, int]]:
     return seq + [(I, mb) for mb in range(n - warm, n)]
 
 
+def v_stages(spec: Spec, who: str) -> tuple[tuple[SplitStage, ...], dict[tuple[int, ...], list[int]]]:
+    """The split stages of a V (chunk 0 down the devices, chunk 1 back up; the middle two stages
+    share a device and form one run) and, per device group, its stages in chain order."""
+    stages = find_split_stages(spec, who=who)
+    seq = [st.devices for st in stages]
+    p = (len(seq) + 1) // 2
+    if len(seq) < 3 or len(seq) % 2 == 0 or seq != seq[::-1] or len(set(seq[:p])) != p:
+        shown = " ".join(",".join(map(str, s)) for s in seq)
+        raise NotApplicable(f"{who} needs a chain of stages in a V: two chunks per device, chunk 0 down the "
+                            f"devices and chunk 1 back up (stage devices here: {shown})")
+    of_group: dict[tuple[int, ...], list[int]] = {}
+    for k, g in enumerate(seq):
+        of_group.setdefault(g, []).append(k)
+    return stages, of_group
+
+
 def zb_v_orders(spec: Spec, n: int) -> list[list[Key]]:
     """ZB-V (Qi et al., arXiv 2401.10241): two chunks per device in a V, split backward.
 
@@ -248,16 +264,9 @@ def zb_v_orders(spec: Spec, n: int) -> list[list[Key]]:
     micro-batches' worth of both chunks, and never above M. When M holds less, the warmups are
     shortened together until the play no longer stalls.
     """
-    stages = find_split_stages(spec, who="ZB-V")
+    stages, of_group = v_stages(spec, "ZB-V")
     seq = [st.devices for st in stages]
-    p = (len(seq) + 1) // 2
-    if len(seq) < 3 or len(seq) % 2 == 0 or seq != seq[::-1] or len(set(seq[:p])) != p:
-        shown = " ".join(",".join(map(str, s)) for s in seq)
-        raise NotApplicable("ZB-V needs a chain of stages in a V: two chunks per device, chunk 0 down the "
-                            f"devices and chunk 1 back up (stage devices here: {shown})")
-    of_group: dict[tuple[int, ...], list[int]] = {}
-    for k, g in enumerate(seq):
-        of_group.setdefault(g, []).append(k)
+    p = len(of_group)
     cap: dict[int, int] = {}
     for g, ks in of_group.items():
         per_mb = _held(spec, stages, ks)
