@@ -20,9 +20,9 @@ Here the same stage units are played out in time with a device-level admission l
   ready forward the limit admits (the deeper stage first), else its oldest ready weight gradient,
   which frees memory.
 
-The limit is lowered from ``k`` until the play finishes, and the shortest compacted schedule over
-the limits tried is kept, beside ZB-V's own order where that fits (so with memory for ZB-V's
-design this is never longer than `zb-v`). Deterministic: no clock, ties by stage index.
+Where memory holds ZB-V's design this is ZB-V. Below it, the limit is lowered from ``k`` until the
+play finishes within memory, and the shorter of that and ZB-V's own order (where that fits) is
+kept, so it is never longer than `zb-v`. Deterministic: no clock, ties by stage index.
 """
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def _admitting(of_group: dict[tuple[int, ...], list[int]], limit: dict[tuple[int
 
 
 def zb_v_capped_orders(spec: Spec, n: int) -> list[list[Key]]:
-    """Memory-capped ZB-V (module text): the shortest of ZB-V's own order and the admission plays."""
+    """Memory-capped ZB-V (module text): ZB-V itself where memory holds its design, else the
+    shorter of ZB-V's own order (shortened warmups) and the first admission play that fits."""
     from tessel_dsl.schedule import Schedule
     from tessel_dsl.search.compact import compact
 
@@ -75,26 +76,32 @@ def zb_v_capped_orders(spec: Spec, n: int) -> list[list[Key]]:
         if most[g] < 1:
             raise InfeasibleError(f"{WHO}: device {g[0]} cannot hold one micro-batch with both chunks under "
                                   f"{capacity_in(spec)}")
-    tries: list[list[list[Key]]] = []
     try:
-        tries.append(zb_v_orders(spec, n))
+        own: list[list[Key]] | None = zb_v_orders(spec, n)
     except InfeasibleError:
-        pass
+        own = None
+    if own is not None and all(k >= min(n, design) for k in most.values()):
+        return own  # memory holds ZB-V's design: this is ZB-V
+
+    def span(orders: list[list[Key]]) -> int | None:
+        schedule = Schedule(n, compact(spec, orders=orders))
+        return schedule.makespan(spec) if schedule.fits_memory(spec) else None
+
+    best = (span(own), own) if own is not None else (None, None)
+    # Lower limits only admit less at once: the first limit whose play finishes within memory is kept.
     for cut in range(max(most.values())):
         limit = {g: max(1, k - cut) for g, k in most.items()}
         try:
-            tries.append(play(spec, stages, n, _admitting(of_group, limit), WHO))
+            orders = play(spec, stages, n, _admitting(of_group, limit), WHO)
         except InfeasibleError:
-            pass
+            orders = None
+        got = span(orders) if orders is not None else None
+        if got is not None:
+            if best[0] is None or got < best[0]:
+                best = (got, orders)
+            break
         if all(v == 1 for v in limit.values()):
             break
-    best: tuple[int, list[list[Key]]] | None = None
-    for orders in tries:
-        schedule = Schedule(n, compact(spec, orders=orders))
-        if schedule.fits_memory(spec):
-            span = schedule.makespan(spec)
-            if best is None or span < best[0]:
-                best = (span, orders)
-    if best is None:
+    if best[0] is None:
         raise InfeasibleError(f"{WHO}: no schedule of this kind fits memory {capacity_in(spec)}")
     return best[1]
