@@ -18,11 +18,13 @@ Here the same stage units are played out in time with a device-level admission l
   waits for memory that an unfinished micro-batch needs to move on;
 * a free device runs a ready input gradient (the critical path; the deeper stage first), else a
   ready forward the limit admits (the deeper stage first), else its oldest ready weight gradient,
-  which frees memory.
+  which frees memory. Three variations are played beside it (`RULES`): the oldest ready weight
+  gradient first whenever the next micro-batch waits only for room on the device; the same with
+  forwards before input gradients; and the same with the shallower stage's forward first.
 
-Where memory holds ZB-V's design this is ZB-V. Below it, the limit is lowered from ``k`` until the
-play finishes within memory, and the shorter of that and ZB-V's own order (where that fits) is
-kept, so it is never longer than `zb-v`. Deterministic: no clock, ties by stage index.
+Where memory holds ZB-V's design this is ZB-V. Below it, for each rule the limit is lowered from
+``k`` until the play finishes within memory, and the shortest of those and ZB-V's own order (where
+that fits) is kept (the first on ties), so it is never longer than `zb-v`. Deterministic: no clock, ties by stage index.
 """
 from __future__ import annotations
 
@@ -35,23 +37,33 @@ from tessel_dsl.units import capacity_in
 WHO = "memory-capped ZB-V"
 
 
-def _admitting(of_group: dict[tuple[int, ...], list[int]], limit: dict[tuple[int, ...], int]):
+# The rules played (module text): (weight gradient first while a micro-batch waits for room,
+# forwards before input gradients, the deeper stage's forward first).
+RULES = ((False, False, True), (True, False, True), (True, True, True), (True, False, False))
+
+
+def _admitting(of_group: dict[tuple[int, ...], list[int]], limit: dict[tuple[int, ...], int],
+               room_first: bool = False, forward_first: bool = False, deep_forward: bool = True):
     """The play's rule (module text) with at most ``limit[g]`` micro-batches on device group g."""
 
     def rule(state: _Play, group: tuple[int, ...]) -> Unit | None:
         ks = of_group[group]
-        inputs = [k for k in ks if state.ready(k, I)]
-        if inputs:
-            k = max(inputs)
-            return (k, I, state.next[(k, I)])
         first = ks[0]
         # Weight gradients of a stage start in micro-batch order, so this many have left the device.
         on_device = state.next[(first, F)] - min(state.next[(k, W)] for k in ks)
-        forwards = [k for k in ks if state.ready(k, F) and (k != first or on_device < limit[group])]
-        if forwards:
-            k = max(forwards)
-            return (k, F, state.next[(k, F)])
         weights = [(state.next[(k, W)], -k, k) for k in ks if state.ready(k, W)]
+        if room_first and weights and on_device >= limit[group] and state.ready(first, F):
+            *_, k = min(weights)  # the next micro-batch waits only for room: free some
+            return (k, W, state.next[(k, W)])
+        inputs = [k for k in ks if state.ready(k, I)]
+        forwards = [k for k in ks if state.ready(k, F) and (k != first or on_device < limit[group])]
+        for phase in ((F, I) if forward_first else (I, F)):
+            if phase == I and inputs:
+                k = max(inputs)
+                return (k, I, state.next[(k, I)])
+            if phase == F and forwards:
+                k = max(forwards) if deep_forward else min(forwards)
+                return (k, F, state.next[(k, F)])
         if weights:
             *_, k = min(weights)
             return (k, W, state.next[(k, W)])
@@ -62,7 +74,7 @@ def _admitting(of_group: dict[tuple[int, ...], list[int]], limit: dict[tuple[int
 
 def zb_v_capped_orders(spec: Spec, n: int) -> list[list[Key]]:
     """Memory-capped ZB-V (module text): ZB-V itself where memory holds its design, else the
-    shorter of ZB-V's own order (shortened warmups) and the first admission play that fits."""
+    shortest of ZB-V's own order (shortened warmups) and each rule's first admission play that fits."""
     from tessel_dsl.schedule import Schedule
     from tessel_dsl.search.compact import compact
 
@@ -88,20 +100,21 @@ def zb_v_capped_orders(spec: Spec, n: int) -> list[list[Key]]:
         return schedule.makespan(spec) if schedule.fits_memory(spec) else None
 
     best = (span(own), own) if own is not None else (None, None)
-    # Lower limits only admit less at once: the first limit whose play finishes within memory is kept.
-    for cut in range(max(most.values())):
-        limit = {g: max(1, k - cut) for g, k in most.items()}
-        try:
-            orders = play(spec, stages, n, _admitting(of_group, limit), WHO)
-        except InfeasibleError:
-            orders = None
-        got = span(orders) if orders is not None else None
-        if got is not None:
-            if best[0] is None or got < best[0]:
-                best = (got, orders)
-            break
-        if all(v == 1 for v in limit.values()):
-            break
+    for rule in RULES:
+        # Lower limits only admit less at once: the first limit whose play fits memory is kept.
+        for cut in range(max(most.values())):
+            limit = {g: max(1, k - cut) for g, k in most.items()}
+            try:
+                orders = play(spec, stages, n, _admitting(of_group, limit, *rule), WHO)
+            except InfeasibleError:
+                orders = None
+            got = span(orders) if orders is not None else None
+            if got is not None:
+                if best[0] is None or got < best[0]:
+                    best = (got, orders)
+                break
+            if all(v == 1 for v in limit.values()):
+                break
     if best[0] is None:
         raise InfeasibleError(f"{WHO}: no schedule of this kind fits memory {capacity_in(spec)}")
     return best[1]
