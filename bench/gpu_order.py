@@ -33,8 +33,9 @@ MODEL = "tessel_dsl.executor.models.gpt:factory"
 
 
 def one_device_order(plan, device: int) -> tuple[list[str], list[tuple[str, int]]]:
-    """The forward stages `device` holds in chain order, and its blocks' order renamed to stages
-    0, 1, ... of a one-device chain (``F7`` -> ``F1`` when the GPU holds F0 and F7)."""
+    """The forward stages `device` holds, in the spec's order (the chain's, in the bench's V and
+    chain plans), and its blocks' order renamed to stages 0, 1, ... of a one-device chain (``F7``
+    -> ``F1`` when the GPU holds F0 and F7). Split-backward plans only (F, I, W per stage)."""
     from tessel_dsl.ir import Kind
 
     spec = plan.spec
