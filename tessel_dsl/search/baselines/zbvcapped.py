@@ -112,33 +112,34 @@ def zb_v_capped_orders(spec: Spec, n: int) -> list[list[Key]]:
     if own is not None and all(k >= min(n, design) for k in most.values()):
         return own  # memory holds ZB-V's design: this is ZB-V
 
-    def span(orders: list[list[Key]]) -> int | None:
+    def span(orders: list[list[Key]] | None) -> int | None:
+        if orders is None:
+            return None
         schedule = Schedule(n, compact(spec, orders=orders))
         return schedule.makespan(spec) if schedule.fits_memory(spec) else None
 
-    best = (span(own), own) if own is not None else (None, None)
+    def played(limit, rule) -> list[list[Key]] | None:
+        try:
+            return play(spec, stages, n, _admitting(of_group, limit, *rule), WHO)
+        except InfeasibleError:
+            return None  # the play stalled
+
+    best: list = [span(own), own]  # the shortest makespan that fits memory, and its orders
+
+    def keep(orders: list[list[Key]] | None) -> bool:
+        """Whether `orders` fit memory; kept when the shortest so far."""
+        got = span(orders)
+        if got is not None and (best[0] is None or got < best[0]):
+            best[:] = [got, orders]
+        return got is not None
+
     for rule in RULES:
-        # Lower limits only admit less at once: the first limit whose play fits memory is kept.
+        # By count, from k down: lower limits only admit less at once, so the first that fits is kept.
         for cut in range(max(most.values())):
             limit = {g: max(1, k - cut) for g, k in most.items()}
-            try:
-                orders = play(spec, stages, n, _admitting(of_group, limit, *rule), WHO)
-            except InfeasibleError:
-                orders = None
-            got = span(orders) if orders is not None else None
-            if got is not None:
-                if best[0] is None or got < best[0]:
-                    best = (got, orders)
+            if keep(played(limit, rule)) or all(v == 1 for v in limit.values()):
                 break
-            if all(v == 1 for v in limit.values()):
-                break
-        try:
-            orders = play(spec, stages, n, _admitting(of_group, None, *rule), WHO)
-        except InfeasibleError:
-            orders = None
-        got = span(orders) if orders is not None else None
-        if got is not None and (best[0] is None or got < best[0]):
-            best = (got, orders)
+        keep(played(None, rule))  # by memory
     if best[0] is None:
         raise InfeasibleError(f"{WHO}: no schedule of this kind fits memory {capacity_in(spec)}")
     return best[1]
