@@ -155,8 +155,23 @@ def test_a_memory_bound_plan_spreads_the_embedding_and_trains(tmp_path):
         assert max(ps.rel(a, b) for a, b in zip(r["losses"], want)) <= 1e-5, r["rank"]
 
 
+def llama64():
+    """`llama` in float64: the sharded head sums its logits' softmax in another order than one
+    process, and over 20 AdamW steps that float32 rounding grows past 1e-5 on some CPUs
+    (1.5e-5 by the last steps, from 1e-7 at the first); in float64 it stays far below, so only a
+    real difference in the gradients can reach the tolerance."""
+    return llama().double()
+
+
+def loss64(out, labels):
+    """`ps.llama_loss` without its cast of the logits to float32."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(out.logits.flatten(0, 1), labels.flatten())
+
+
 def sharded(plan_path, build, data):
-    """One rank, with the spread blocks sharded by `tp_plans`."""
+    """One rank, with the spread blocks sharded by `tp_plans` (float64: `llama64`)."""
     import torch.distributed as dist
 
     from tessel_dsl.executor.block_map import read_blocks
@@ -165,7 +180,7 @@ def sharded(plan_path, build, data):
 
     blocks = read_blocks(str(plan_path).replace(".json", ".blocks.json"))
     model = build()
-    pipe = Pipeline(str(plan_path), model, ps.llama_loss, blocks=blocks, tp=tp_plans(str(plan_path), blocks, model))
+    pipe = Pipeline(str(plan_path), model, loss64, blocks=blocks, tp=tp_plans(str(plan_path), blocks, model))
     losses = _train(pipe, data)
     shapes = {n: tuple(getattr(p, "_local_tensor", p).shape) for n, p in pipe.named_parameters()}
     return {"losses": losses, "rank": dist.get_rank(), "shapes": shapes,
@@ -180,12 +195,13 @@ def test_embedding_and_head_spread_and_sharded_train_like_one_process(tmp_path):
     res = _planned_with_costs(out, {"embedding": 20, "layer": 1, "norm": 0, "head": 10}, "18GB")
     assert res.best.candidate == "mshape-EH"
     data = ps.batches(VOCAB, STEPS, ROWS * 2, SEQ)
-    want = ps.reference(llama, ps.llama_loss, data, 2)
-    for r in run_ranks(sharded, 2, out, llama, data, timeout=300):
+    want = ps.reference(llama64, loss64, data, 2)
+    for r in run_ranks(sharded, 2, out, llama64, data, timeout=300):
         assert r["embed"] == "SpreadEmbedding"  # its weight gradient is built at its rows' size
         assert r["shapes"]["model.embed_tokens.weight"] == (VOCAB // 2, 32)
         assert r["shapes"]["lm_head.weight"] == (VOCAB // 2, 32)
-        assert max(ps.rel(a, b) for a, b in zip(r["losses"], want)) <= 1e-5, r["rank"]
+        # float64: the orders of summation differ by about 1e-16 a step (the issue asks 1e-5)
+        assert max(ps.rel(a, b) for a, b in zip(r["losses"], want)) <= 1e-9, r["rank"]
 
 
 def sharded_gpt2(plan_path, data):
