@@ -9,6 +9,7 @@ inflight    memory-capped 1F1B with each stage's in-flight limit searched (a bes
 setwidth    memory-aware interleaved 1F1B with its micro-batch set size searched (a best plan in hand)
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
+devrelax    a makespan bound from one memory-bound device alone, the rest of the pipeline as delays (CP-SAT)
 timescale   the search's time unit: block times over their common divisor, answers scaled back
 kcopy       the search over repetends holding every block k times (unrolled with `copies`)
 copies      unrolling a spec k times, folding its schedule back

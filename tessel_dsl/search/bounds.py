@@ -46,14 +46,25 @@ from tessel_dsl.analysis import chains
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.lags import edge_lags
 
-_LAST: list = []  # (spec, microbatches, bound) of the last call: a search asks for it several times
+_LAST: list = []  # [spec, microbatches, bound, sharper bound or None] of the last call: a search asks several times
 
 
-def makespan_bound(spec: Spec, microbatches: int) -> int:
-    """The largest of the per-device bounds, the critical path and the memory bound (module text)."""
+def makespan_bound(spec: Spec, microbatches: int, above: int | None = None) -> int:
+    """The largest of the per-device bounds, the critical path and the memory bound (module text).
+
+    `above`: the makespan of a schedule in hand. When it is above those bounds, the one-device
+    relaxation (`devrelax.py`, a CP-SAT solve on a small deterministic budget) is also tried, and
+    the larger is returned: it can only matter when it could prove that schedule optimal, and
+    it costs up to a second of CPU, so it is not paid for where the cheap bounds settle it."""
     if not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches):
-        _LAST[:] = [spec, microbatches, _makespan_bound(spec, microbatches)]
-    return _LAST[2]
+        _LAST[:] = [spec, microbatches, _makespan_bound(spec, microbatches), None]
+    if above is None or above <= _LAST[2]:
+        return _LAST[2]
+    if _LAST[3] is None:
+        from tessel_dsl.search.devrelax import device_relaxation_bound
+
+        _LAST[3] = max(_LAST[2], device_relaxation_bound(spec, microbatches))
+    return _LAST[3]
 
 
 def _makespan_bound(spec: Spec, microbatches: int) -> int:

@@ -130,5 +130,5 @@ def direct_search(spec: Spec, n: int, net: list[int], *, solver: str, clock: Clo
     if not proven:
         notes.append(note("direct-cut"))
     info = SearchInfo(solver, "direct", proven, clock.elapsed(), lower, 0, 0, counters.tried, 0, tuple(notes),
-                      period_proven=False, copies=1, makespan_bound=makespan_bound(spec, n))
+                      period_proven=False, copies=1, makespan_bound=makespan_bound(spec, n, above=sched.makespan(spec)))
     return SearchResult(sched, info)

@@ -204,7 +204,7 @@ def _incumbent(spec: Spec, n: int, clock: Clock, progress: Callable[[Progress], 
     if got is None:
         return None, None, None
     span = got[0].makespan(spec)
-    if span <= makespan_bound(spec, n):
+    if span <= makespan_bound(spec, n, above=span):
         parts = repetend_parts(spec, n, got, clock)
         if parts is not None or clock.spent():
             # (out of time: optimal for this N all the same, only without a repetend for other N)
@@ -291,6 +291,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
     # A schedule at the makespan bound is time-optimal for this N whatever a budget cut on the way:
     # no solve could have shortened it, so the cuts do not make it unproven.
     # So is one an exact solve of the whole schedule proved shortest (`proofs`).
+    bound = makespan_bound(spec, n, above=sched.makespan(spec))  # (the sharper one only if it can matter)
     at_bound = sched.makespan(spec) <= bound
     verdict = _verdict(counters.cuts, at_bound, proofs)
     notes += [verdict] if verdict is not None else []

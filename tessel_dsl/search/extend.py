@@ -88,7 +88,7 @@ def below_span(spec: Spec, parts: Parts, n: int, solver: str, time_limit: float 
         return max(s.start + spec.block(s.block).time for s in slots)
 
     seed = truncated(spec, parts, n) if seed is None else compact(spec, seed)
-    bound = makespan_bound(spec, n)  # no schedule of n micro-batches is shorter
+    bound = makespan_bound(spec, n, above=span(seed))  # no schedule of n micro-batches is shorter
     if span(seed) <= bound:
         return seed, "optimal"  # nothing to solve
     if n * len(spec.blocks) > DIRECT_MAX_TASKS:

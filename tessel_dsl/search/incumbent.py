@@ -126,8 +126,8 @@ def baseline_result(spec: Spec, n: int, got: tuple[Schedule, str], clock: Clock,
     from tessel_dsl.search.extend import extend
     from tessel_dsl.search.period_walk import period_floor
 
-    bound = makespan_bound(spec, n)
     sched, name = got
+    bound = makespan_bound(spec, n, above=sched.makespan(spec))
     lower, period, nr, period_proven = lower_bound(spec), 0, 0, False
     parts = parts if parts is not None else repetend_parts(spec, n, got, clock)  # the driver's, if any
     if parts is not None:

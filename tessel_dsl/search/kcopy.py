@@ -106,7 +106,7 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
         out = replace(out, notes=(*out.notes, *unused))
     return replace(best, info=replace(
         out, copies=tried, period_proven=period_proven, proven=period_proven and out.proven,
-        makespan_bound=makespan_bound(spec, n)))
+        makespan_bound=makespan_bound(spec, n, above=best.schedule.makespan(spec))))
 
 
 def _chain_finder(spec: Spec, k: int, per_mb: Fraction, *, solver: str, clock: Clock):

@@ -77,6 +77,9 @@ def test_stated_bound_never_above_the_optimum(index):
         r = optimal(spec, n, effort=30)
         assert r.info.proven, (spec.name, spec.memory, n)
         assert makespan_bound(spec, n) <= r.schedule.makespan(spec), (spec.name, spec.memory, n)
+        # with a schedule in hand above it, the one-device relaxation (`devrelax.py`) joins in
+        optimum = r.schedule.makespan(spec)
+        assert makespan_bound(spec, n, above=optimum + 1) <= optimum, (spec.name, spec.memory, n)
 
 
 def test_where_the_bound_stays_below_the_optimum():
@@ -88,3 +91,4 @@ def test_where_the_bound_stays_below_the_optimum():
     r = optimal(spec, 6, effort=30)
     assert r.info.proven and r.schedule.makespan(spec) == 141
     assert makespan_bound(spec, 6) == 138
+    assert makespan_bound(spec, 6, above=141) == 138  # one device alone does not see it either

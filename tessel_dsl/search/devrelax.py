@@ -1,0 +1,125 @@
+"""A makespan lower bound from one memory-bound device alone, the rest of the pipeline as delays.
+
+Keep device ``d``'s blocks and drop every other device's capacity: a block elsewhere then costs
+only its place in a dependency chain. What is left is a one-machine problem: ``N`` instances of
+each block ``x`` on ``d``, none starting before ``head(x)`` (the longest chain before it, lags
+included), each followed by at least ``tail(x)``; within a micro-batch, ``y`` starts at least the
+longest chain from the start of ``x`` to the start of ``y`` after ``x`` (through any blocks,
+lags included); one instance at a time; and ``d``'s memory as a running sum over starts, never
+above ``capacity(d)``. Every schedule the search keeps is a schedule of this problem with the
+same makespan or longer, so the shortest makespan of the problem is a lower bound.
+
+**Micro-batches in order.** The micro-batches are alike, so the instances of each block may be
+taken to start in micro-batch order: sort each block's starts over the micro-batches and give
+the i-th smallest to micro-batch ``i``. Each within-micro-batch constraint ``s_y >= s_x + c``
+still holds (the i-th smallest of the ``s_y`` is at least the i-th smallest of the ``s_x + c``),
+the machine runs the same intervals, and the running sum of memory depends only on how many
+instances of each block have started by each time. So ``s_x(i+1) >= s_x(i) + t_x`` loses
+nothing. With the starts in order, the holding argument of `membound.py` (``k`` micro-batches
+hold at least ``need`` from the start of ``a`` to the end of ``r``, so the ``(i+k)``-th ``a`` starts
+no earlier than the ``i``-th ``r`` ends) adds ``s_a(i+k) >= s_r(i) + t_r``, which also loses nothing
+and lets CP-SAT prove much faster.
+
+**Why it is tighter.** The analytic bounds count how long and how much memory a micro-batch holds
+and that frees and admissions take turns, but not every block the device must run between two
+frees. On `bench/specs/real/zerobubble8.tsl` with 12 GB (four micro-batches in flight on device
+0) and N = 8 the optimum is 2104 (the time-optimal solve proves it): micro-batch 0's input
+gradient I0 can start at 744; from then on device 0 runs I, W and F in turn, 142 ms a round,
+because each new forward needs the memory a W frees, so the 8th forward starts at 744 + 4 x 142
+- 47 = 1265 and its own chain back to W0 ends at 2104. The paced bound counted 91 ms a round (F
+and W only) and gave 1951; this problem is 2104.
+
+**Solving it.** CP-SAT on a deterministic budget (`RELAX_EFFORT` per device, one worker, fixed
+seed), and the bound it *proves* is used, optimal or not, so a budget that runs out only weakens
+the bound. Only devices where memory binds are tried (a holding admits fewer than N micro-batches
+at once): elsewhere the one-machine problem is close to the per-device work bound that costs
+nothing; and of those only the `RELAX_DEVICES` whose analytic memory bounds (`membound.py`) are
+the largest, which on the cases above are the devices where this problem is the largest too
+(device 0 of the zero-bubble chain; device 7, the V's turn, of `specs/zerobubble.tsl` with
+C = 2, D = 8, memory 8 and N = 8: 102, the time-optimal makespan, where the analytic bound is
+82). Any set of devices gives a valid bound; fewer only cost less CPU. Devices with more than
+`RELAX_MAX_INSTANCES` block instances are left out: CP-SAT proves little on them within the
+budget (the ZB-V placement of `specs/zerobubble.tsl` at D = 8, N = 32, 192 instances a device,
+nothing above the analytic bound in 10 units of effort; the zoo's 405B chain over 32 devices,
+N = 64, 128 instances a device, nothing in 0.3 units and 2.8 s of CPU). `bounds.makespan_bound`
+asks for this bound only when a schedule in hand is above the others.
+"""
+from __future__ import annotations
+
+import math
+
+from tessel_dsl.analysis import chains
+from tessel_dsl.ir import Spec
+from tessel_dsl.search.lags import edge_lags
+
+RELAX_EFFORT = 0.3         # CP-SAT deterministic time per device
+RELAX_MAX_INSTANCES = 100  # block instances per device beyond which the device is not tried
+RELAX_DEVICES = 2          # how many devices are tried: those with the largest memory bounds
+
+
+def device_relaxation_bound(spec: Spec, microbatches: int) -> int:
+    """The largest proven optimum (or proven bound) of the module text's one-device problem over
+    the devices where memory binds; 0 when none is tried."""
+    from tessel_dsl.search.membound import holdings, paced_bound
+
+    n = microbatches
+    if n < 2 or any(b.time <= 0 for b in spec.blocks):
+        return 0  # zero-time blocks may share a start; the running sum over starts needs them apart
+    binding = [h for h in holdings(spec) if h.limit < n]
+    pressed: dict[int, int] = {}  # device -> its largest analytic memory bound
+    for h in binding:
+        if len(spec.blocks_on(h.device)) * n <= RELAX_MAX_INSTANCES:
+            pressed[h.device] = max(pressed.get(h.device, 0), h.makespan(n), paced_bound(spec, h, n))
+    tried = sorted(pressed, key=lambda d: (-pressed[d], d))[:RELAX_DEVICES]
+    return max((_solve_device(spec, n, d, [h for h in binding if h.device == d]) for d in tried), default=0)
+
+
+def _solve_device(spec: Spec, n: int, d: int, held) -> int:
+    from tessel_dsl.search.solvers.cpsat import configure
+    from tessel_dsl.search.solvers.cpsat_module import cp_model
+
+    cp = cp_model()
+    time = {b.name: b.time for b in spec.blocks}
+    lags = edge_lags(spec)
+    head, tail = chains(spec, time, lags)
+    on = [b.name for b in spec.blocks_on(d)]
+    horizon = max(head.values()) + n * sum(time.values()) + max(tail.values())
+    m = cp.CpModel()
+    start = {(x, i): m.new_int_var(head[x], horizon, "") for x in on for i in range(n)}
+    m.add_no_overlap([m.new_fixed_size_interval_var(start[x, i], time[x], "") for x in on for i in range(n)])
+    span = m.new_int_var(0, horizon, "")
+    for x in on:
+        reach = _chain_from(spec, x, time, lags)
+        for y in on:
+            if y != x and y in reach:
+                for i in range(n):
+                    m.add(start[y, i] >= start[x, i] + reach[y])
+        for i in range(n):
+            m.add(span >= start[x, i] + time[x] + tail[x])
+            if i + 1 < n:
+                m.add(start[x, i + 1] >= start[x, i] + time[x])
+    for h in held:
+        for i in range(n - h.limit):
+            m.add(start[h.alloc, i + h.limit] >= start[h.free, i] + time[h.free])
+    changes = [(start[x, i], spec.block(x).memory) for x in on for i in range(n) if spec.block(x).memory]
+    floor = -sum(abs(c) for _, c in changes) - 1
+    m.add_reservoir_constraint([t for t, _ in changes], [c for _, c in changes], floor, spec.capacity(d))
+    m.minimize(span)
+    solver = cp.CpSolver()
+    configure(solver.parameters, effort=RELAX_EFFORT)
+    status = solver.solve(m)
+    if status == cp.INFEASIBLE or status == cp.MODEL_INVALID:
+        return 0  # no claim: a spec that can't fit is refused before any search
+    return max(0, math.ceil(solver.best_objective_bound - 1e-6))
+
+
+def _chain_from(spec: Spec, a: str, time: dict[str, int], lags: dict[tuple[str, str], int]) -> dict[str, int]:
+    """For each block that depends on `a`: the longest chain from the start of `a` to its start
+    (the times of `a` and of the blocks between, and the lags of the edges on the way)."""
+    dist = {a: 0}
+    for name in spec.topo_order:
+        got = [dist[p] + time[p] + lags.get((p, name), 0) for p in spec.preds[name] if p in dist]
+        if got and name != a:
+            dist[name] = max(got)
+    del dist[a]
+    return dist
