@@ -102,17 +102,19 @@ def test_split_backward_chain_two_copies_beat_one():
 
 
 def test_search_uses_two_copies_on_an_embed_head_chain():
-    # At N = 32 the two-copy repetend (21 per two micro-batches) beats one copy (12 each) and
-    # memory-capped 1F1B; the plan validates and the simulator runs it at the search's makespan.
+    # At N = 16 the two-copy repetend (21 per two micro-batches) beats one copy (12 each) and
+    # memory-capped 1F1B (180 against 222, at the stated bound); the plan validates and the
+    # simulator runs it at the search's makespan. (N = 32 says the same in two and a half times
+    # the CPU: 351 against 438.)
     from tessel_dsl.search.baselines import build
     from tessel_dsl.search.driver import search
 
     spec = parse(EMBED_HEAD)
     # Device chains beyond one stage per device get their chain model with --effort only.
-    r = search(spec, microbatches=32, effort=1)
+    r = search(spec, microbatches=16, effort=1)
     validate(spec, r.schedule)
     assert r.info.repetend_copies == 2 and r.info.period == 21 and r.info.period_proven
-    assert r.schedule.makespan(spec) < build(spec, "1f1b-capped", 32).makespan(spec)
+    assert r.schedule.makespan(spec) < build(spec, "1f1b-capped", 16).makespan(spec)
     assert r.schedule.makespan(spec) >= r.info.makespan_bound
     report = simulate(make_plan(spec, r.schedule))
     assert report.ok and report.makespan == r.schedule.makespan(spec)
