@@ -29,7 +29,19 @@ because each new forward needs the memory a W frees, so the 8th forward starts a
 - 47 = 1265 and its own chain back to W0 ends at 2104. The paced bound counted 91 ms a round (F
 and W only) and gave 1951; this problem is 2104.
 
-**Solving it.** CP-SAT on a deterministic budget (`RELAX_EFFORT` per device, one worker, fixed
+**Memory, two ways.** The cuts alone are a relaxation too (they only drop the running sum), and
+where the device's memory comes from one allocating block and one freeing block of the same
+size they *are* the running sum: with the starts in order, the device holds ``m`` times the
+number of ``a`` started less the number of ``r`` started, so staying within ``k = floor(C / m)``
+is ``s_a(i+k) >= s_r(i)``, and the cut's ``+ t_r`` follows because ``r`` occupies the device. CP-SAT
+settles that model in a tenth of a second at several hundred instances (the zoo's 405B chain
+over 32 devices, N = 64: 0.03 s), where it proves nothing in the same budget with the running
+sum stated as a reservoir. So every device tried gets the cuts-only problem (up to
+`RELAX_CUTS_MAX_INSTANCES` block instances), and a device with other memory (two chunks of a
+V, an embedding beside a stage) also gets the problem with the reservoir, when it has at most
+`RELAX_MAX_INSTANCES` instances; the larger proven bound is kept.
+
+**Solving it.** CP-SAT on a deterministic budget (`RELAX_EFFORT` per solve, one worker, fixed
 seed), and the bound it *proves* is used, optimal or not, so a budget that runs out only weakens
 the bound. Only devices where memory binds are tried (a holding admits fewer than N micro-batches
 at once): elsewhere the one-machine problem is close to the per-device work bound that costs
@@ -37,12 +49,10 @@ nothing; and of those only the `RELAX_DEVICES` whose analytic memory bounds (`me
 the largest, which on the cases above are the devices where this problem is the largest too
 (device 0 of the zero-bubble chain; device 7, the V's turn, of `specs/zerobubble.tsl` with
 C = 2, D = 8, memory 8 and N = 8: 102, the time-optimal makespan, where the analytic bound is
-82). Any set of devices gives a valid bound; fewer only cost less CPU. Devices with more than
-`RELAX_MAX_INSTANCES` block instances are left out: CP-SAT proves little on them within the
-budget (the ZB-V placement of `specs/zerobubble.tsl` at D = 8, N = 32, 192 instances a device,
-nothing above the analytic bound in 10 units of effort; the zoo's 405B chain over 32 devices,
-N = 64, 128 instances a device, nothing in 0.3 units and 2.8 s of CPU). `bounds.makespan_bound`
-asks for this bound only when a schedule in hand is above the others.
+82). Any set of devices gives a valid bound; fewer only cost less CPU. With the reservoir,
+CP-SAT proves little beyond about 100 instances (the same V at N = 32, 192 instances a device:
+nothing above the analytic bound in 10 units of effort). `bounds.makespan_bound` asks for this
+bound only when a schedule in hand is above the others.
 """
 from __future__ import annotations
 
@@ -53,7 +63,8 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.search.lags import edge_lags
 
 RELAX_EFFORT = 0.3         # CP-SAT deterministic time per device
-RELAX_MAX_INSTANCES = 100  # block instances per device beyond which the device is not tried
+RELAX_MAX_INSTANCES = 100  # block instances per device beyond which memory is stated by the cuts alone
+RELAX_CUTS_MAX_INSTANCES = 400  # ... and beyond which the device is not tried
 RELAX_DEVICES = 2          # how many devices are tried: those with the largest memory bounds
 
 
@@ -68,13 +79,22 @@ def device_relaxation_bound(spec: Spec, microbatches: int) -> int:
     binding = [h for h in holdings(spec) if h.limit < n]
     pressed: dict[int, int] = {}  # device -> its largest analytic memory bound
     for h in binding:
-        if len(spec.blocks_on(h.device)) * n <= RELAX_MAX_INSTANCES:
+        if len(spec.blocks_on(h.device)) * n <= RELAX_CUTS_MAX_INSTANCES:
             pressed[h.device] = max(pressed.get(h.device, 0), h.makespan(n), paced_bound(spec, h, n))
-    tried = sorted(pressed, key=lambda d: (-pressed[d], d))[:RELAX_DEVICES]
-    return max((_solve_device(spec, n, d, [h for h in binding if h.device == d]) for d in tried), default=0)
+    best = 0
+    for d in sorted(pressed, key=lambda d: (-pressed[d], d))[:RELAX_DEVICES]:
+        held = [h for h in binding if h.device == d]
+        best = max(best, _solve_device(spec, n, d, held, reservoir=False))
+        sizes = sorted(spec.block(x).memory for x in (b.name for b in spec.blocks_on(d)) if spec.block(x).memory)
+        paired = len(sizes) == 2 and sizes[0] == -sizes[1]  # the cuts state the running sum exactly
+        if not paired and len(spec.blocks_on(d)) * n <= RELAX_MAX_INSTANCES:
+            best = max(best, _solve_device(spec, n, d, held, reservoir=True))
+    return best
 
 
-def _solve_device(spec: Spec, n: int, d: int, held) -> int:
+def _solve_device(spec: Spec, n: int, d: int, held, *, reservoir: bool) -> int:
+    """The proven bound of device `d`'s problem: memory as the holdings' cuts, and with
+    `reservoir` also as the running sum itself."""
     from tessel_dsl.search.solvers.cpsat import configure
     from tessel_dsl.search.solvers.cpsat_module import cp_model
 
@@ -101,9 +121,10 @@ def _solve_device(spec: Spec, n: int, d: int, held) -> int:
     for h in held:
         for i in range(n - h.limit):
             m.add(start[h.alloc, i + h.limit] >= start[h.free, i] + time[h.free])
-    changes = [(start[x, i], spec.block(x).memory) for x in on for i in range(n) if spec.block(x).memory]
-    floor = -sum(abs(c) for _, c in changes) - 1
-    m.add_reservoir_constraint([t for t, _ in changes], [c for _, c in changes], floor, spec.capacity(d))
+    if reservoir:
+        changes = [(start[x, i], spec.block(x).memory) for x in on for i in range(n) if spec.block(x).memory]
+        floor = -sum(abs(c) for _, c in changes) - 1
+        m.add_reservoir_constraint([t for t, _ in changes], [c for _, c in changes], floor, spec.capacity(d))
     m.minimize(span)
     solver = cp.CpSolver()
     configure(solver.parameters, effort=RELAX_EFFORT)
