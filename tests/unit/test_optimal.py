@@ -131,3 +131,17 @@ def test_cpsat_reports_the_makespan_bound_it_proved():
     tasks = (Task("a0", 3, (0,)), Task("a1", 2, (1,)), Task("b0", 4, (0,)), Task("b1", 5, (1,)))
     sol = solve(Problem(tasks, (Precedence(0, 1), Precedence(2, 3)), devices=2), "makespan")
     assert sol.proven and sol.objective == sol.bound == 11
+
+
+def test_a_solver_stopped_short_of_its_budget_was_stopped_by_the_wall_clock(monkeypatch):
+    # CP-SAT can stop at its wall-clock limit a hair before our own clock reads it; what it says
+    # it spent of its deterministic budget tells the two limits apart, not our clock alone.
+    from tessel_dsl.search import solvers as mod
+    from tessel_dsl.search.solvers.problem import Solution
+
+    monkeypatch.setattr(mod, "solve", lambda *a, **k: Solution("unknown", deterministic=0.01))
+    with pytest.raises(OptimalTimeout, match=r"within the time limit \(30 s\)"):
+        optimal(vshape(), 4, time_limit=30, effort=60)
+    monkeypatch.setattr(mod, "solve", lambda *a, **k: Solution("unknown", deterministic=60.2))
+    with pytest.raises(OptimalTimeout, match=r"within the solver budget \(effort 60\)"):
+        optimal(vshape(), 4, time_limit=30, effort=60)

@@ -176,8 +176,9 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
         return Solution("infeasible")
     # CP-SAT's objective bound is a float; the makespan is an integer, so its ceiling still holds.
     bound = math.ceil(solver.best_objective_bound - 1e-6) if makespan is not None else None
+    used = solver.response_proto.deterministic_time
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Solution("unknown", bound=bound)
+        return Solution("unknown", bound=bound, deterministic=used)
     values = tuple(int(solver.value(s)) for s in starts)
     proven = status == cp_model.OPTIMAL or objective is Objective.FEASIBLE
     obj = None
@@ -188,4 +189,4 @@ def solve(problem: Problem, objective: Objective = Objective.MAKESPAN, time_limi
     elif spread is not None:
         obj = int(solver.value(spread))
     return Solution("optimal" if proven else "feasible", values, obj,
-                    int(solver.value(anchor)) if anchor is not None else 0, bound=bound)
+                    int(solver.value(anchor)) if anchor is not None else 0, bound=bound, deterministic=used)

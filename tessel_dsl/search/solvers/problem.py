@@ -206,6 +206,8 @@ class Solution:
     # With Objective.MAKESPAN: the best lower bound on the makespan the solver proved (equal to
     # `objective` when optimal); None when the backend does not report one.
     bound: int | None = None
+    # The deterministic time the solve used (CP-SAT's); None when the backend does not report it.
+    deterministic: float | None = None
 
     @property
     def ok(self) -> bool:
