@@ -113,6 +113,10 @@ def test_a_tied_gpt2_trains_like_one_process(tmp_path):
     assert sorted(tied) == ["lm_head.weight", "transformer.wte.weight"]
 
 
+def gpt2_untied64():
+    return gpt2_untied().double()
+
+
 def gpt2_untied():
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -205,7 +209,8 @@ def test_embedding_and_head_spread_and_sharded_train_like_one_process(tmp_path):
 
 
 def sharded_gpt2(plan_path, data):
-    """One rank of the untied GPT-2 with its spread blocks sharded by `tp_plans`."""
+    """One rank of the untied GPT-2 with its spread blocks sharded by `tp_plans` (in float64, as
+    `llama64` says why: in float32 the losses drifted to 2.3e-6 of one process's here)."""
     import torch.distributed as dist
 
     from tessel_dsl.executor.block_map import read_blocks
@@ -214,8 +219,8 @@ def sharded_gpt2(plan_path, data):
     from tests import pipeline_cases as pc
 
     blocks = read_blocks(str(plan_path).replace(".json", ".blocks.json"))
-    model = gpt2_untied()
-    pipe = Pipeline(str(plan_path), model, pc.lm_loss, blocks=blocks, tp=tp_plans(str(plan_path), blocks, model))
+    model = gpt2_untied64()
+    pipe = Pipeline(str(plan_path), model, loss64, blocks=blocks, tp=tp_plans(str(plan_path), blocks, model))
     opt = pc.optimizer(pipe.param_groups())  # the one `pc.reference` steps
     losses = []
     for x, y in data:
@@ -239,10 +244,10 @@ def test_a_positional_embedding_beside_a_spread_vocabulary_stays_whole(tmp_path)
     assert res.best.candidate == "mshape-EH"
     assert res.blocks["E"] == ["transformer.wte", "transformer.wpe"]
     data = ps.batches(VOCAB, STEPS, ROWS * 2, SEQ)
-    want = pc.reference(gpt2_untied, pc.lm_loss, data, 2)
+    want = pc.reference(gpt2_untied64, loss64, data, 2)
     for r in run_ranks(sharded_gpt2, 2, out, data, timeout=300):
         assert r["kinds"] == {"transformer.wte": "SpreadEmbedding", "transformer.wpe": "Embedding"}
         assert r["wpe_shape"] == (16, 32)
-        assert max(ps.rel(a, b) for a, b in zip(r["losses"], want["losses"])) <= 1e-5, r["rank"]
+        assert max(ps.rel(a, b) for a, b in zip(r["losses"], want["losses"])) <= 1e-9, r["rank"]
         ref = want["grads"]["transformer.wpe.weight"]
-        assert float((r["wpe_grad"] - ref).norm() / ref.norm()) <= 1e-5, r["rank"]
+        assert float((r["wpe_grad"] - ref).norm() / ref.norm()) <= 1e-9, r["rank"]
