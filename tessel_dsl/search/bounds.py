@@ -46,7 +46,9 @@ from tessel_dsl.analysis import chains
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.lags import edge_lags
 
-_LAST: list = []  # [spec, microbatches, bound, sharper bound or None] of the last call: a search asks several times
+# [spec, microbatches, bound, (sharper bound, its device) or None] of the last call: a search asks
+# several times
+_LAST: list = []
 
 
 def makespan_bound(spec: Spec, microbatches: int, above: int | None = None) -> int:
@@ -61,10 +63,19 @@ def makespan_bound(spec: Spec, microbatches: int, above: int | None = None) -> i
     if above is None or above <= _LAST[2]:
         return _LAST[2]
     if _LAST[3] is None:
-        from tessel_dsl.search.devrelax import device_relaxation_bound
+        from tessel_dsl.search.devrelax import device_relaxation
 
-        _LAST[3] = max(_LAST[2], device_relaxation_bound(spec, microbatches))
-    return _LAST[3]
+        _LAST[3] = device_relaxation(spec, microbatches)
+    return max(_LAST[2], _LAST[3][0])
+
+
+def one_device_source(spec: Spec, microbatches: int) -> tuple[int, int, int] | None:
+    """(bound, device, the other bounds' largest) when `makespan_bound` last gave `spec` at
+    `microbatches` a bound from one device alone (`devrelax.py`) above the others; else None."""
+    if not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches and _LAST[3] is not None):
+        return None
+    (got, device), cheap = _LAST[3], _LAST[2]
+    return (got, device, cheap) if got > cheap else None
 
 
 def _makespan_bound(spec: Spec, microbatches: int) -> int:

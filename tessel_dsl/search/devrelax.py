@@ -71,25 +71,32 @@ RELAX_DEVICES = 2          # how many devices are tried: those with the largest 
 def device_relaxation_bound(spec: Spec, microbatches: int) -> int:
     """The largest proven optimum (or proven bound) of the module text's one-device problem over
     the devices where memory binds; 0 when none is tried."""
+    return device_relaxation(spec, microbatches)[0]
+
+
+def device_relaxation(spec: Spec, microbatches: int) -> tuple[int, int | None]:
+    """(`device_relaxation_bound`, the device that gives it or None)."""
     from tessel_dsl.search.membound import holdings, paced_bound
 
     n = microbatches
     if n < 2 or any(b.time <= 0 for b in spec.blocks):
-        return 0  # zero-time blocks may share a start; the running sum over starts needs them apart
+        return 0, None  # zero-time blocks may share a start; the running sum over starts needs them apart
     binding = [h for h in holdings(spec) if h.limit < n]
     pressed: dict[int, int] = {}  # device -> its largest analytic memory bound
     for h in binding:
         if len(spec.blocks_on(h.device)) * n <= RELAX_CUTS_MAX_INSTANCES:
             pressed[h.device] = max(pressed.get(h.device, 0), h.makespan(n), paced_bound(spec, h, n))
-    best = 0
+    best, where = 0, None
     for d in sorted(pressed, key=lambda d: (-pressed[d], d))[:RELAX_DEVICES]:
         held = [h for h in binding if h.device == d]
-        best = max(best, _solve_device(spec, n, d, held, reservoir=False))
+        got = _solve_device(spec, n, d, held, reservoir=False)
         sizes = sorted(spec.block(x).memory for x in (b.name for b in spec.blocks_on(d)) if spec.block(x).memory)
         paired = len(sizes) == 2 and sizes[0] == -sizes[1]  # the cuts state the running sum exactly
         if not paired and len(spec.blocks_on(d)) * n <= RELAX_MAX_INSTANCES:
-            best = max(best, _solve_device(spec, n, d, held, reservoir=True))
-    return best
+            got = max(got, _solve_device(spec, n, d, held, reservoir=True))
+        if got > best:
+            best, where = got, d
+    return best, where
 
 
 def _solve_device(spec: Spec, n: int, d: int, held, *, reservoir: bool) -> int:

@@ -36,7 +36,7 @@ def test_only_asked_for_above_the_cheap_bound(monkeypatch):
     called = []
     from tessel_dsl.search import devrelax
 
-    monkeypatch.setattr(devrelax, "device_relaxation_bound", lambda s, n: called.append(n) or 2104)
+    monkeypatch.setattr(devrelax, "device_relaxation", lambda s, n: called.append(n) or (2104, 0))
     assert makespan_bound(spec, 8, above=1951) == 1951 and not called  # already at the cheap bound
     assert makespan_bound(spec, 8, above=2300) == 2104 and called == [8]
     assert makespan_bound(spec, 8, above=2300) == 2104 and called == [8]  # kept for the next ask
@@ -108,3 +108,28 @@ def test_a_long_zero_bubble_chain_is_solved_by_the_cuts():
     sched = build(spec, "zb-h1-capped", 64)
     validate(spec, sched)
     assert makespan_bound(spec, 64) == 13697 < device_relaxation_bound(spec, 64) == 13850 <= sched.makespan(spec)
+
+
+def test_the_plan_says_where_its_bound_comes_from():
+    # specs/zerobubble.tsl at N = 8: the analytic bounds give 35, device 0 alone 38, which the
+    # plan reaches; the summary says which device and what the other bounds give.
+    from tessel_dsl.search.driver import search
+    from tessel_dsl.search.notes import render
+
+    spec = parse_file(ROOT / "specs/zerobubble.tsl")
+    r = search(spec, microbatches=8)
+    assert r.schedule.makespan(spec) == r.info.makespan_bound == 38 and r.info.proven
+    said = [x for x in r.info.notes if x.kind == "bound-one-device"]
+    assert [x.values for x in said] == [{"bound": 38, "device": 0, "analytic": 35}]
+    assert "lower bound 38 is device 0's alone" in render(r.info.notes)
+
+
+def test_no_word_of_it_where_the_cheap_bound_decides():
+    from tessel_dsl.search.driver import search
+
+    spec = parse_file(ROOT / "specs/zerobubble.tsl")
+    r = search(spec)  # N = 16: 70, where device 0 alone is the bound too; at N = 4 the cheap one is
+    assert any(x.kind == "bound-one-device" for x in r.info.notes)
+    r4 = search(spec, microbatches=4)
+    assert r4.schedule.makespan(spec) == r4.info.makespan_bound == makespan_bound(spec, 4)
+    assert not any(x.kind == "bound-one-device" for x in r4.info.notes)

@@ -73,7 +73,7 @@ def test_a_cut_budget_makes_the_plan_unproven(monkeypatch):
     assert makespan_bound(spec, 8) == 35 and makespan_bound(spec, 8, above=38) == 38
     from tessel_dsl.search import bounds, devrelax
     monkeypatch.setattr(bounds, "_LAST", [])
-    monkeypatch.setattr(devrelax, "device_relaxation_bound", lambda spec, n: 0)
+    monkeypatch.setattr(devrelax, "device_relaxation", lambda spec, n: (0, None))
     assert search(spec, microbatches=8, method="modulo").info.proven  # with the shipped budgets nothing is cut
     monkeypatch.setattr(driver, "COMPLETION_EFFORT", 1e-5)  # too little to prove the warmup optimal
     # ... and to the end re-solve, which would otherwise prove the whole schedule shortest anyway
