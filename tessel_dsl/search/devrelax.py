@@ -90,7 +90,7 @@ def device_relaxation(spec: Spec, microbatches: int) -> tuple[int, int | None]:
     for d in sorted(pressed, key=lambda d: (-pressed[d], d))[:RELAX_DEVICES]:
         held = [h for h in binding if h.device == d]
         got = _solve_device(spec, n, d, held, reservoir=False)
-        sizes = sorted(spec.block(x).memory for x in (b.name for b in spec.blocks_on(d)) if spec.block(x).memory)
+        sizes = sorted(b.memory for b in spec.blocks_on(d) if b.memory)
         paired = len(sizes) == 2 and sizes[0] == -sizes[1]  # the cuts state the running sum exactly
         if not paired and len(spec.blocks_on(d)) * n <= RELAX_MAX_INSTANCES:
             got = max(got, _solve_device(spec, n, d, held, reservoir=True))
@@ -102,6 +102,7 @@ def device_relaxation(spec: Spec, microbatches: int) -> tuple[int, int | None]:
 def _solve_device(spec: Spec, n: int, d: int, held, *, reservoir: bool) -> int:
     """The proven bound of device `d`'s problem: memory as the holdings' cuts, and with
     `reservoir` also as the running sum itself."""
+    from tessel_dsl.search.membound import start_distances
     from tessel_dsl.search.solvers.cpsat import configure
     from tessel_dsl.search.solvers.cpsat_module import cp_model
 
@@ -116,7 +117,7 @@ def _solve_device(spec: Spec, n: int, d: int, held, *, reservoir: bool) -> int:
     m.add_no_overlap([m.new_fixed_size_interval_var(start[x, i], time[x], "") for x in on for i in range(n)])
     span = m.new_int_var(0, horizon, "")
     for x in on:
-        reach = _chain_from(spec, x, time, lags)
+        reach = start_distances(spec, x, time, lags)
         for y in on:
             if y != x and y in reach:
                 for i in range(n):
@@ -140,14 +141,3 @@ def _solve_device(spec: Spec, n: int, d: int, held, *, reservoir: bool) -> int:
         return 0  # no claim: a spec that can't fit is refused before any search
     return max(0, math.ceil(solver.best_objective_bound - 1e-6))
 
-
-def _chain_from(spec: Spec, a: str, time: dict[str, int], lags: dict[tuple[str, str], int]) -> dict[str, int]:
-    """For each block that depends on `a`: the longest chain from the start of `a` to its start
-    (the times of `a` and of the blocks between, and the lags of the edges on the way)."""
-    dist = {a: 0}
-    for name in spec.topo_order:
-        got = [dist[p] + time[p] + lags.get((p, name), 0) for p in spec.preds[name] if p in dist]
-        if got and name != a:
-            dist[name] = max(got)
-    del dist[a]
-    return dist

@@ -270,17 +270,23 @@ def paced_starts(h: Holding, t_a: int, t_r: int, microbatches: int) -> tuple[lis
     return starts, ends
 
 
+def start_distances(spec: Spec, a: str, time: dict[str, int], lags: dict[tuple[str, str], int]) -> dict[str, int]:
+    """From the start of `a` to the start of each block that depends on it, the longest chain
+    (the times of `a` and the blocks between, the lags of the edges on the way); `a` itself: 0."""
+    dist = {a: 0}
+    for name in spec.topo_order:
+        got = [dist[p] + time[p] + lags.get((p, name), 0) for p in spec.preds[name] if p in dist]
+        if got and name != a:
+            dist[name] = max(got)
+    return dist
+
+
 def paced_bound(spec: Spec, h: Holding, microbatches: int) -> int:
     """The module text's "memory slows what comes after" bound for one holding."""
     time = {b.name: b.time for b in spec.blocks}
     lags = edge_lags(spec)
     starts, ends = paced_starts(h, time[h.alloc], time[h.free], microbatches)
-    # from the start of `alloc` to the start of each block that depends on it (`alloc` itself: 0)
-    dist = {h.alloc: 0}
-    for name in spec.topo_order:
-        got = [dist[p] + time[p] + lags.get((p, name), 0) for p in spec.preds[name] if p in dist]
-        if got and name != h.alloc:
-            dist[name] = max(got)
+    dist = start_distances(spec, h.alloc, time, lags)
     _, tail = chains(spec, time, lags)
     best = ends[-1] + h.tail
     for e in range(spec.devices):
