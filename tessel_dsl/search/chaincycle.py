@@ -60,9 +60,19 @@ hold is non-negative). Feasibility is monotone in ``P``, so the period is found 
   most ``(W + 1) P - 1`` long. So the last start is within the sum, over holds, of the smaller of
   that and ``g`` per block counted to them, plus ``g`` per other block, of the source's.
 
+**Blocks on every device** (the M- and NN-shapes' embeddings and heads, `devchain.py`). Such a
+block's residue is one variable, and its two intervals join the no-overlap of every device: no
+device runs anything else meanwhile, as the validator requires. Its memory, if any, is a hold on
+each device. Nothing else above depends on where a block runs: moving one block, or the set
+``S``, by a whole period keeps every residue, so it keeps every device's no-overlap whichever
+devices the moved blocks are on, and the horizon holds as it is.
+
 On `bench/specs/real/memchain.tsl` (D = 8) it settles every period of two copies in a few seconds
 of CPU: 111 ms for two micro-batches, 55.5 each, where one copy needs 66 and the memory bound
-says 47.
+says 47. On the memory-bound M-shape `bench/specs/m8_llama.tsl` (an embedding on all 8 devices)
+two copies repeat every 104 ms, 52 each, where one copy needs 58; the periods from 92 to 103 are
+not settled within the budget (the general model of the unrolled spec settled none of those
+it tried either, at 12 to 15 s of CPU each: bench/results/search.md).
 """
 from __future__ import annotations
 
@@ -140,13 +150,29 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
         return q, r
 
     names = chain.forward + chain.backward
+    # One residue per block of a copy, shared by the devices it is on. The order in which they
+    # are made steers a budgeted solve: with blocks on every device they are made copy by copy up
+    # front, which settled shorter periods (two copies of bench/specs/real/nnshape8.tsl at 24 GB:
+    # 216 against 222 ms; bench/specs/m8_llama.tsl's ends 1880 against 1904) than making them
+    # device by device, the order single-device chains keep (their plans stay as they were).
+    rests: dict[tuple[int, str], object] = {}
+    if any(spec.block(n).is_multi_device for n in names):
+        for j in range(k):
+            for n in names:
+                rests[(j, n)] = residue(x[j][n], f"{n}{SEP}{j}")[1]
+
+    def rest(j: int, n: str):
+        if (j, n) not in rests:
+            rests[(j, n)] = residue(x[j][n], f"{n}{SEP}{j}")[1]
+        return rests[(j, n)]
+
     for d in chain.devices:
-        on = [n for n in names if spec.block(n).devices[0] == d]
+        on = [n for n in names if d in spec.block(n).devices]
         mine = [(h, h.weight // unit[d]) for h in chain.holds if h.device == d]
         blocks, holds, demands, wraps = [], [], [], []
         for j in range(k):
             for n in on:
-                _, r = residue(x[j][n], f"{n}{SEP}{j}")
+                r = rest(j, n)
                 blocks.append(m.new_fixed_size_interval_var(r, time[n], f"{n}{SEP}{j}"))
                 blocks.append(m.new_fixed_size_interval_var(r + p, time[n], f"{n}{SEP}{j}+P"))
             for i, (h, w) in enumerate(mine):

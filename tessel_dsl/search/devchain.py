@@ -1,8 +1,11 @@
 """Device chains: the placements whose periodic steady state `chaincycle.py` models exactly.
 
-A *device chain* runs every block on one device, for at least one time step. Its forward blocks
-form one path of dependencies that visits each device in a single run (a device may hold several
-consecutive forward blocks: the embedding and the first layers, the last layers and the head);
+A *device chain* runs every block on one device, or on every device, for at least one time step.
+Its forward blocks form one path of dependencies that visits each device in a single run (a device
+may hold several consecutive forward blocks: the embedding and the first layers, the last layers
+and the head); a block on every device (the M-shape's embedding and head split over all devices,
+the NN-shape's shared embedding, a mixture-of-experts all-to-all) is not a visit, and where there
+is one the path visits every device, so each device is a stage;
 every other block depends on the path's first block, the one source of a micro-batch. The
 backward blocks usually retrace the path (with split backward an input-gradient block per stage,
 and a weight-gradient block after it on the same device), but the model needs no more than the
@@ -15,7 +18,8 @@ micro-batch's contribution to the device at any time is the sum of the weights o
 have started and not ended: at a time ``t``, a pair counts ``[alloc started] - [free started]``,
 which is 0 or 1 because a freeing block starts only after the allocating one it depends on.
 Pairs are made latest allocation first; a device whose amounts do not pair up this way (memory
-left behind per micro-batch, a free with nothing before it to release) is not a device chain.
+left behind per micro-batch, a free with nothing before it to release) is not a device chain. A
+block on every device takes part in every device's pairing.
 """
 from __future__ import annotations
 
@@ -57,7 +61,8 @@ class DeviceChain:
 
 def device_chain(spec: Spec) -> DeviceChain | None:
     """`spec` read as a device chain, or None when it is not one (module text)."""
-    if len(spec.blocks) < 2 or any(b.is_multi_device or b.time <= 0 for b in spec.blocks):
+    everyone = tuple(range(spec.devices))
+    if len(spec.blocks) < 2 or any(b.time <= 0 or (b.is_multi_device and b.devices != everyone) for b in spec.blocks):
         return None
     reach = reachable(spec)
     order = spec.topo_order
@@ -69,13 +74,17 @@ def device_chain(spec: Spec) -> DeviceChain | None:
         return None  # a second source, or a block that depends on nothing before it
     devices: list[int] = []
     for name in forward:
+        if spec.block(name).is_multi_device:
+            continue  # on every device: a barrier on the path, not a visit
         d = spec.block(name).devices[0]
         if not devices or devices[-1] != d:
             if d in devices:
                 return None  # the path comes back to a device (interleaved chunks)
             devices.append(d)
-    if any(b.devices[0] not in devices for b in spec.blocks):
+    if any(not b.is_multi_device and b.devices[0] not in devices for b in spec.blocks):
         return None
+    if len(devices) != spec.devices and any(b.is_multi_device for b in spec.blocks):
+        return None  # a device that runs only the blocks on every device: not a stage of the chain
     place = {n: i for i, n in enumerate(forward)}
     pos = {n: i for i, n in enumerate(order)}
     backward = sorted((n for n in order if n not in place),
@@ -93,7 +102,7 @@ def _holds(spec: Spec, devices: list[int], reach: dict[str, frozenset[str]]) -> 
         open_: list[list] = []  # [allocating block, amount not yet paired], in order of start
         for name in spec.topo_order:
             b = spec.block(name)
-            if b.devices[0] != d or b.memory == 0:
+            if d not in b.devices or b.memory == 0:
                 continue
             if b.memory > 0:
                 open_.append([name, b.memory])

@@ -52,8 +52,9 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     kept_baseline = info.method == "baseline"
     proven_all, tried = info.period_proven or (kept_baseline and per_mb_cap is not None), 1
     # Device chains beyond one stage per device (an embedding or a head beside a stage, split
-    # backward) only with `device_chains` (`tessel search --effort`): their model costs tens of
-    # seconds of CPU on an 8-stage chain and, on the zoo's memory-bound chains, found no shorter plan.
+    # backward, blocks on every device) only with `device_chains` (`tessel search --effort`):
+    # their model costs tens of seconds of CPU on an 8-stage chain and, on the zoo's memory-bound
+    # chains, found no shorter plan.
     chain = applies(spec, CHAIN_MAX_COPIES, device_chains)
     unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):

@@ -74,7 +74,8 @@ def test_the_model_is_deterministic():
 
 
 def test_specs_that_are_not_chains_are_declined():
-    assert not applies(parse_file(ROOT / "specs/mshape.tsl"))  # blocks on every device
+    assert not applies(parse_file(ROOT / "specs/kshape.tsl"))  # two branches
+    assert not applies(parse_file(ROOT / "bench/specs/real/tpmshape16.tsl"))  # stages on pairs of devices
     assert not applies(parse_file(ROOT / "specs/interleaved.tsl"))  # two stages per device
 
 
