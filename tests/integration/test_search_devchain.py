@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
+
 from tessel_dsl.lang.parser import parse, parse_file
 from tessel_dsl.plan import make_plan
 from tessel_dsl.schedule import Schedule, Slot
@@ -195,3 +197,54 @@ def _one_then_two_copies(spec, *, one: int, two: int, below: int, effort: float 
     report = simulate(make_plan(spec, sched))
     assert report.ok and report.makespan == sched.makespan(spec)
     return starts
+
+
+def _random_barrier_chain(rng) -> str:
+    """3 or 4 stages of random times, one or two blocks on every device on the forward path (the
+    first before F0, a second between two stages), memory for 1 to 3 micro-batches."""
+    d, barriers = rng.choice((3, 4)), rng.choice((1, 2))
+    lines = ["placement random_barrier_chain", f"devices {d}", f"memory {rng.choice((1, 2, 3))}",
+             "microbatches 8", "mode train"]
+    lines += [f"forward E{i} on all time {rng.randint(1, 2)} memory 0 grad time {rng.randint(1, 2)}"
+              for i in range(barriers)]
+    lines += [f"forward F{i} on {i} time {rng.randint(1, 3)} memory 1" for i in range(d)]
+    path = ["E0"] + [f"F{i}" for i in range(d)]
+    if barriers == 2:
+        path.insert(rng.randint(2, d), "E1")
+    lines += [" -> ".join(path), f"derive backward time {rng.choice((2, 3))}x"]
+    return "\n".join(lines) + "\n"
+
+
+# The suite's sample; bench/heavy/test_barrier_chains_rest.py runs the other seeds up to 40.
+BARRIER_SEEDS = range(0, 12, 2)
+
+
+@pytest.mark.parametrize("seed", BARRIER_SEEDS)
+def test_random_barrier_chains_agree_with_the_general_model(seed):
+    check_random_barrier_chain(seed)
+
+
+def check_random_barrier_chain(seed: int) -> None:
+    """One copy: the smallest period of the chain model is the general cyclic model's (both
+    settle every period below it as infeasible). Two copies: the general model finds the chain
+    model's smallest period feasible (below it, it settles little in its budget: no check), and
+    the periodic schedule validates and simulates at its makespan."""
+    import random
+
+    from tessel_dsl.analysis import lower_bound
+
+    spec = parse(_random_barrier_chain(random.Random(seed)))
+    one = lower_bound(spec)
+    while solve_chain_period(spec, 1, one)[0] == "infeasible":
+        assert _modulo(spec, 1, one, effort=10) == "infeasible"
+        one += 1
+    assert solve_chain_period(spec, 1, one)[0] == "feasible" and _modulo(spec, 1, one, effort=10) == "optimal"
+    two = 2 * one
+    while two > 2 * lower_bound(spec) and solve_chain_period(spec, 2, two - 1)[0] == "feasible":
+        two -= 1
+    status, starts = solve_chain_period(spec, 2, two)
+    assert status == "feasible" and _modulo(spec, 2, two, effort=10) == "optimal"
+    sched = _periodic(spec, starts, 2, two, 12)
+    validate(spec, sched)
+    report = simulate(make_plan(spec, sched))
+    assert report.ok and report.makespan == sched.makespan(spec)
