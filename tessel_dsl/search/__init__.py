@@ -14,7 +14,7 @@ timescale   the search's time unit: block times over their common divisor, answe
 kcopy       the search over repetends holding every block k times (unrolled with `copies`)
 copies      unrolling a spec k times, folding its schedule back
 chaincycle  k-copy repetends of a memory-bound chain from one small cyclic model
-devchain    device chains (one device per block, a forward path visiting each device once), memory as holds
+devchain    device chains (a block on one device or on all, a forward path visiting each device once), memory as holds
 clock       the user's wall-clock limit and the time unit notes speak in
 repetend    repetend construction by enumerating offsets (paper §4.1)
 modulo      repetend construction with one cyclic model per period
