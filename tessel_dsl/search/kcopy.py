@@ -56,6 +56,8 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     # their model costs tens of seconds of CPU on an 8-stage chain and, on the zoo's memory-bound
     # chains, found no shorter plan.
     chain = applies(spec, CHAIN_MAX_COPIES, device_chains)
+    # Said when the exact chain model was left out for want of --effort: the user cannot know it exists.
+    later = () if chain or not applies(spec, CHAIN_MAX_COPIES, True) else (note("copies-with-effort", k=CHAIN_MAX_COPIES),)
     unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
         if (not chain and len(spec.blocks) * k > COPIES_MAX_BLOCKS) or clock.skip("the search for k-copy repetends"):
@@ -105,9 +107,12 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
         tried = out.repetend_copies
         period_proven = out.period_proven
         out = replace(out, notes=(*out.notes, *unused))
+    bound = makespan_bound(spec, n, above=best.schedule.makespan(spec))
+    if best.schedule.makespan(spec) > bound:
+        out = replace(out, notes=(*out.notes, *later))
     return replace(best, info=replace(
         out, copies=tried, period_proven=period_proven, proven=period_proven and out.proven,
-        makespan_bound=makespan_bound(spec, n, above=best.schedule.makespan(spec))))
+        makespan_bound=bound))
 
 
 def _chain_finder(spec: Spec, k: int, per_mb: Fraction, *, solver: str, clock: Clock):

@@ -176,6 +176,7 @@ def test_search_uses_two_copies_on_an_embed_head_chain():
     r = search(spec, microbatches=16, effort=1)
     validate(spec, r.schedule)
     assert r.info.repetend_copies == 2 and r.info.period == 21 and r.info.period_proven
+    assert "copies-with-effort" not in [x.kind for x in r.info.notes]
     assert r.schedule.makespan(spec) < build(spec, "1f1b-capped", 16).makespan(spec)
     assert r.schedule.makespan(spec) >= r.info.makespan_bound
     report = simulate(make_plan(spec, r.schedule))
@@ -248,3 +249,16 @@ def check_random_barrier_chain(seed: int) -> None:
     validate(spec, sched)
     report = simulate(make_plan(spec, sched))
     assert report.ok and report.makespan == sched.makespan(spec)
+
+
+def test_the_default_search_says_when_the_chain_model_needs_effort():
+    # A user cannot know that --effort runs another model: the default plan says so while it is
+    # above its bound (with --effort: test_search_uses_two_copies_on_an_embed_head_chain).
+    from tessel_dsl.search.driver import search
+    from tessel_dsl.search.notes import render
+
+    spec = parse(split_backward())
+    r = search(spec, microbatches=16)
+    assert r.schedule.makespan(spec) > r.info.makespan_bound
+    assert "copies-with-effort" in [x.kind for x in r.info.notes]
+    assert "tessel search --effort 1" in render(r.info.notes)
