@@ -57,7 +57,8 @@ def plan(
     effort: float = typer.Option(0.0, "--effort", min=0.0, metavar="E",
                                  help="Each candidate's search re-solves its whole schedule on E more units of "
                                       "deterministic solver budget (`tessel search --effort`; about E seconds of "
-                                      "CPU per candidate). Default 0: the searches alone."),
+                                      "CPU per candidate, and tens of seconds more where it also tries "
+                                      "two-micro-batch repetends). Default 0: the searches alone."),
     device: Optional[str] = typer.Option(None, "--device", metavar="cpu|cuda|cuda:N",
                                          help="Where to profile (default: the GPU when there is one)."),
     repeats: int = typer.Option(5, "--repeats", min=1, metavar="R", help="Timed runs per unit; the median is kept."),
