@@ -23,6 +23,15 @@ def _instances(spec, n):
     return sorted((b.name, m) for m in range(n) for b in spec.blocks)
 
 
+def _cut_direct(monkeypatch) -> None:
+    """A direct solve with no budget, and nothing after it that would prove the plan anyway: the
+    stated bound (loosened) and the finishing step's whole re-solve (off, as on a large spec)."""
+    monkeypatch.setattr(direct_mod, "DIRECT_MIN_EFFORT", 0.0)
+    monkeypatch.setattr(direct_mod, "DIRECT_EFFORT_PER_TASK", 0.0)
+    loose_bounds(monkeypatch)
+    monkeypatch.setattr(importlib.import_module("tessel_dsl.search.refine"), "REFINE_MAX_TASKS", 0)
+
+
 def _interleaved():
     return parse_file(SPECS / "interleaved.tsl")  # D=4: N_R=4, so N=3 is solved directly
 
@@ -32,9 +41,7 @@ def test_a_cut_direct_solve_leaves_a_valid_plan_that_says_so(monkeypatch):
     whole = search(spec, microbatches=n)
     assert whole.info.proven and whole.info.nr > n  # with its budget the direct solve settles this one
     optimum = whole.schedule.makespan(spec)
-    monkeypatch.setattr(direct_mod, "DIRECT_MIN_EFFORT", 0.0)
-    monkeypatch.setattr(direct_mod, "DIRECT_EFFORT_PER_TASK", 0.0)
-    loose_bounds(monkeypatch)  # the stated bound proves this plan anyway; here the solve must say it
+    _cut_direct(monkeypatch)
     cut = search(spec, microbatches=n)
     sched = cut.schedule
     validate(spec, sched)
@@ -63,9 +70,7 @@ def test_a_cut_direct_solve_is_the_same_twice():
 
 def test_a_cut_search_is_the_same_plan_twice(monkeypatch):
     spec, n = _interleaved(), 3
-    monkeypatch.setattr(direct_mod, "DIRECT_MIN_EFFORT", 0.0)
-    monkeypatch.setattr(direct_mod, "DIRECT_EFFORT_PER_TASK", 0.0)
-    loose_bounds(monkeypatch)
+    _cut_direct(monkeypatch)
     first, second = search(spec, microbatches=n), search(spec, microbatches=n)
     assert not first.info.proven
 
