@@ -156,15 +156,16 @@ def solve_chain_period(spec: Spec, copies: int, period: int, *, effort: float | 
     # 216 against 222 ms; bench/specs/m8_llama.tsl's ends 1880 against 1904) than making them
     # device by device, the order single-device chains keep (their plans stay as they were).
     rests: dict[tuple[int, str], object] = {}
-    if any(spec.block(n).is_multi_device for n in names):
-        for j in range(k):
-            for n in names:
-                rests[(j, n)] = residue(x[j][n], f"{n}{SEP}{j}")[1]
 
     def rest(j: int, n: str):
         if (j, n) not in rests:
             rests[(j, n)] = residue(x[j][n], f"{n}{SEP}{j}")[1]
         return rests[(j, n)]
+
+    if any(spec.block(n).is_multi_device for n in names):
+        for j in range(k):
+            for n in names:
+                rest(j, n)
 
     for d in chain.devices:
         on = [n for n in names if d in spec.block(n).devices]

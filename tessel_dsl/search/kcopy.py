@@ -56,8 +56,6 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     # their model costs tens of seconds of CPU on an 8-stage chain and, on the zoo's memory-bound
     # chains, found no shorter plan.
     chain = applies(spec, CHAIN_MAX_COPIES, device_chains)
-    # Said when the exact chain model was left out for want of --effort: the user cannot know it exists.
-    later = () if chain or not applies(spec, CHAIN_MAX_COPIES, True) else (note("copies-with-effort", k=CHAIN_MAX_COPIES),)
     unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
         if (not chain and len(spec.blocks) * k > COPIES_MAX_BLOCKS) or clock.skip("the search for k-copy repetends"):
@@ -108,8 +106,9 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
         period_proven = out.period_proven
         out = replace(out, notes=(*out.notes, *unused))
     bound = makespan_bound(spec, n, above=best.schedule.makespan(spec))
-    if best.schedule.makespan(spec) > bound:
-        out = replace(out, notes=(*out.notes, *later))
+    if best.schedule.makespan(spec) > bound and not chain and applies(spec, CHAIN_MAX_COPIES, True):
+        # The exact chain model was left out for want of --effort: the user cannot know it exists.
+        out = replace(out, notes=(*out.notes, note("copies-with-effort", k=CHAIN_MAX_COPIES)))
     return replace(best, info=replace(
         out, copies=tried, period_proven=period_proven, proven=period_proven and out.proven,
         makespan_bound=bound))
