@@ -66,7 +66,10 @@ def makespan_bound(spec: Spec, microbatches: int, above: int | None = None) -> i
         from tessel_dsl.search.devrelax import device_relaxation
 
         _LAST[3] = device_relaxation(spec, microbatches)
-    return max(_LAST[2], _LAST[3][0])
+    from tessel_dsl.search.heldcuts import cached
+
+    cut = cached(spec, microbatches)  # the whole schedule with memory as cuts, when it was solved
+    return max(_LAST[2], _LAST[3][0], cut.bound if cut is not None else 0)
 
 
 def one_device_source(spec: Spec, microbatches: int) -> tuple[int, int, int] | None:

@@ -26,11 +26,9 @@ def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str =
     if microbatches == schedule.microbatches:
         return schedule
     if schedule.repetend is None and info is not None:
-        from tessel_dsl.search.baselines import build
-
         named = [x.values["baseline"] for x in info.notes if x.kind.startswith("baseline-") and "baseline" in x.values]
         if named:
-            built = build(spec, named[0], microbatches)
+            built = baseline_for(spec, named[0], microbatches)
             return Schedule(microbatches, built.slots, name=schedule.name)
     solver = resolve(solver)
     sched = extend(spec, schedule, microbatches, name=schedule.name)
@@ -42,6 +40,23 @@ def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str =
     out = finish(divide_spec(spec, unit), divide_schedule(sched, unit), solver=solver,
                  clock=Clock(time_limit, unit))[0]
     return scale_schedule(out, unit)
+
+
+def baseline_for(spec: Spec, name: str, microbatches: int) -> Schedule:
+    """The baseline a plan names, built for another N. The two the search tunes for its N
+    (`inflight.py`'s in-flight limits, `setwidth.py`'s set size) are tuned again for this N, and
+    are their plain baseline where tuning finds nothing shorter: they have no fixed order to
+    build by name."""
+    from tessel_dsl.search import inflight, setwidth
+    from tessel_dsl.search.baselines import build
+
+    built = build(spec, {inflight.NAME: "1f1b-capped", setwidth.NAME: "interleaved-1f1b"}.get(name, name),
+                  microbatches)
+    if name == inflight.NAME:
+        return inflight.searched_capped(spec, microbatches) or built
+    if name == setwidth.NAME:
+        return setwidth.searched_interleaved(spec, microbatches, built.makespan(spec)) or built
+    return built
 
 
 def finish(spec: Spec, sched: Schedule, *, solver: str, clock: Clock,

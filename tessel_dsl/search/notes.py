@@ -64,6 +64,11 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "polished": lambda v: (
         f"re-solving the whole schedule for N={v['n']} on effort {_g(v['effort'])} shortened the makespan "
         f"from {v['before']} to {v['after']}"),
+    "held-cuts": lambda v: (
+        f"re-solving the whole schedule for N={v['n']} with memory as holding cuts shortened the makespan "
+        f"from {v['before']} to {v['after']}" + (", proven shortest" if v["optimal"] else "")),
+    "held-cuts-proof": lambda v: (
+        f"the whole schedule for N={v['n']} with memory as holding cuts proved that no schedule is shorter"),
     "polished-lean": lambda v: (
         f"a schedule of the same length ({v['after']}) re-solved within the peak memory of {v['baseline'].upper()} "
         f"for N={v['n']} is used: it holds less"),

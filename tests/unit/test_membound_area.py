@@ -92,3 +92,4 @@ def test_where_the_bound_stays_below_the_optimum():
     assert r.info.proven and r.schedule.makespan(spec) == 141
     assert makespan_bound(spec, 6) == 138
     assert makespan_bound(spec, 6, above=141) == 138  # one device alone does not see it either
+    # (the whole schedule with memory as cuts does: tests/unit/test_heldcuts.py)

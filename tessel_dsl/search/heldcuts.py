@@ -1,0 +1,178 @@
+"""The whole schedule for N micro-batches with memory stated as holding cuts: a bound, and often
+the schedule itself.
+
+**The model.** Every block instance of every micro-batch, as in TO (`optimal.py`): each block's
+instances in micro-batch order, which loses no makespan; the dependencies with their lags; one
+block at a time on each device. Memory is not stated as the running sum but by the holdings of
+`membound.py`: ``k`` micro-batches hold at least ``need`` on a device from the start of ``a`` to
+the end of ``r``, and only ``limit`` of them fit, so with the starts in order the
+``(i + limit)``-th ``a`` starts no earlier than the ``i``-th ``r`` ends (`devrelax.py`'s module text
+shows this loses nothing). Each instance also starts no earlier than the longest chain before its
+block and ends at least the longest chain after it before the makespan.
+
+**What it proves.** Every valid schedule, relabelled into micro-batch order, is a solution of the
+model with the same makespan, so the bound CP-SAT proves is a makespan bound for the spec. It is
+not a relaxation of one device (`devrelax.py`): it sees how micro-batches in flight on several
+memory-bound stages wait for each other, which the analytic bounds miss (the 4-stage chain of
+`tests/unit/test_membound_area.py`: 141, the optimum, where they give 138; its one-device and
+two-device forms give 138 too, three devices 141).
+
+**What it finds.** Where a device's memory comes from one allocating and one freeing block of the
+same size, the cuts state its running sum exactly; elsewhere (a zero-bubble stage frees in two
+steps) they are weaker. Either way a solution is checked against the spec (`validate`) and kept
+only when it fits: then it is a schedule, and when CP-SAT proved it optimal in the model it is
+optimal among all schedules, since the model's optimum is a lower bound. Measured when the model
+was made (2-core x86_64; the search's plan first, then this model asked for a shorter schedule
+on a budget of 2):
+
+- bench/specs/zoo/tune/vit_llama8_chain8.tsl: the plan, 12205, proven shortest in 2.9 s of CPU
+  (the analytic bound is 11884; TO with the running sum took 96 s to prove it, `zoo_best.py`);
+- zoo/tune/mixtral_8x22b_chain16_mem.tsl: 22384 proven in 3.5 s (TO: 132 s);
+  zoo/tune/llama3_405b_chain32.tsl: 22971 proven in 0.7 s (TO: 286 s);
+- bench/specs/real/memchain.tsl: 1503 -> 1461 in 2 s (the optimum is 1449, proven by TO in 169 s);
+- bench/specs/real/zerobubble8.tsl: 5394 -> 5385, the analytic bound, in 1.3 s.
+
+Why it settles where TO does not: the cuts are plain precedences, which CP-SAT's linear
+relaxation sees, while a reservoir constraint on hundreds of events gives it almost nothing (the
+same model with the reservoir added proves nothing in 17 s on the ViT chain). The solve asks
+only for a schedule shorter than the one in hand, so "infeasible" is the proof that the one in
+hand is shortest.
+
+**Cost.** A deterministic budget (`CUT_EFFORT`, one worker, fixed seed); asked for only when a
+schedule in hand is above the analytic bounds and some device's memory binds, and up to
+`CUT_MAX_INSTANCES` block instances. CP-SAT's presolve, whose CPU the budget does not count, is off
+above `PRESOLVE_MAX_INSTANCES`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tessel_dsl.analysis import chains
+from tessel_dsl.errors import ScheduleError
+from tessel_dsl.ir import Spec
+from tessel_dsl.schedule import Schedule, Slot
+from tessel_dsl.search.lags import edge_lags
+
+CUT_EFFORT = 2.0               # CP-SAT deterministic time of the one solve
+CUT_MAX_INSTANCES = 5000       # block instances beyond which the model is not tried
+PRESOLVE_MAX_INSTANCES = 1024  # ... and beyond which CP-SAT's presolve is off
+
+
+@dataclass(frozen=True)
+class CutAnswer:
+    """`bound`: no schedule of the N micro-batches is shorter (0: nothing proven). `schedule`: a
+    valid schedule shorter than the one the solve was asked to beat, or None. `optimal`: that
+    schedule, or else the one asked about, is at `bound`."""
+
+    bound: int
+    schedule: Schedule | None
+    optimal: bool
+
+
+# [spec, microbatches, CutAnswer] of the last solve: the search asks once, then reads it back
+_LAST: list = []
+
+
+def held_cuts(spec: Spec, microbatches: int, above: int, *, time_limit: float | None = None) -> CutAnswer | None:
+    """The module text's solve for a schedule shorter than `above` (the makespan of one in hand);
+    None when it is not tried (no memory binds, too many instances, zero-time blocks). Asked
+    again for the same spec and N, the first answer is returned: its bound holds whatever
+    schedule is now in hand."""
+    got = cached(spec, microbatches)
+    if got is not None:
+        return got
+    from tessel_dsl.search.membound import holdings
+
+    n = microbatches
+    binding = [h for h in holdings(spec) if h.limit < n]
+    if not binding or n * len(spec.blocks) > CUT_MAX_INSTANCES or any(b.time <= 0 for b in spec.blocks):
+        return None
+    answer = _solve(spec, n, above, binding, time_limit)
+    _LAST[:] = [spec, n, answer]
+    return answer
+
+
+def cached(spec: Spec, microbatches: int) -> CutAnswer | None:
+    """The answer of the last `held_cuts` for this very spec and N, if that was the last asked."""
+    if _LAST and _LAST[0] is spec and _LAST[1] == microbatches:
+        return _LAST[2]
+    return None
+
+
+def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None) -> CutAnswer:
+    from tessel_dsl.search.solvers.cpsat import run_model
+    from tessel_dsl.search.solvers.cpsat_module import cp_model
+    from tessel_dsl.validate import validate
+
+    time = {b.name: b.time for b in spec.blocks}
+    lags = edge_lags(spec)
+    head, tail = chains(spec, time, lags)
+    names = [b.name for b in spec.blocks]
+    if any(head[x] + time[x] + tail[x] >= above for x in names):
+        return CutAnswer(above, None, True)  # one micro-batch's own chain already takes that long
+    m = cp_model().CpModel()
+    start = {(x, i): m.new_int_var(head[x], above - 1 - time[x] - tail[x], "") for x in names for i in range(n)}
+    for d in range(spec.devices):
+        m.add_no_overlap([m.new_fixed_size_interval_var(start[b.name, i], b.time, "")
+                          for b in spec.blocks_on(d) for i in range(n)])
+    span = m.new_int_var(0, above - 1, "")
+    for x in names:
+        for i in range(n):
+            m.add(span >= start[x, i] + time[x] + tail[x])
+            if i + 1 < n:
+                m.add(start[x, i + 1] >= start[x, i] + time[x])
+    for e in spec.edges:
+        for i in range(n):
+            m.add(start[e.dst, i] >= start[e.src, i] + time[e.src] + lags.get((e.src, e.dst), 0))
+    for h in binding:
+        for i in range(n - h.limit):
+            m.add(start[h.alloc, i + h.limit] >= start[h.free, i] + time[h.free])
+    m.minimize(span)
+    status, solver = run_model(m, effort=CUT_EFFORT, time_limit=time_limit,
+                               presolve=n * len(names) <= PRESOLVE_MAX_INSTANCES)
+    if status == "infeasible":
+        return CutAnswer(above, None, True)  # nothing shorter than the schedule in hand
+    bound = max(0, math.ceil(solver.best_objective_bound - 1e-6))
+    if status != "found":
+        return CutAnswer(bound, None, False)
+    slots = tuple(sorted(Slot(solver.value(start[x, i]), x, i) for x in names for i in range(n)))
+    sched = Schedule(microbatches=n, slots=slots, name="tessel")
+    try:
+        validate(spec, sched)
+    except ScheduleError:
+        return CutAnswer(bound, None, False)  # the cuts let through more than memory holds
+    optimal = bound >= sched.makespan(spec)  # (CP-SAT's proven bound reached its schedule)
+    return CutAnswer(max(bound, sched.makespan(spec)) if optimal else bound, sched, optimal)
+
+
+def adopt(spec: Spec, microbatches: int, result, *, time_limit: float | None = None):
+    """`result` (a `SearchResult` for `microbatches`) with the module text's solve applied: its
+    schedule replaced by a shorter one found (the slots only: the stored repetend stays for
+    other N), and its stated bound and verdict raised by what the solve proved."""
+    from dataclasses import replace
+
+    from tessel_dsl.search.bounds import makespan_bound
+    from tessel_dsl.search.compact import compact
+    from tessel_dsl.search.notes import note
+    from tessel_dsl.validate import validate
+
+    sched, info = result.schedule, result.info
+    span = sched.makespan(spec)
+    if span <= makespan_bound(spec, microbatches, above=span):
+        return result  # at the bound already (or a solve before settled it): nothing to win
+    answer = held_cuts(spec, microbatches, span, time_limit=time_limit)
+    if answer is None:
+        return result
+    notes = info.notes
+    if answer.schedule is not None and answer.schedule.makespan(spec) < span:
+        better = replace(sched, slots=compact(spec, answer.schedule.slots))
+        validate(spec, better)
+        notes += (note("held-cuts", n=microbatches, before=span, after=better.makespan(spec),
+                       optimal=answer.optimal),)
+        sched, span = better, better.makespan(spec)
+    elif answer.optimal:
+        notes += (note("held-cuts-proof", n=microbatches),)
+    bound = max(info.makespan_bound, answer.bound)
+    info = replace(info, notes=notes, makespan_bound=bound, proven=info.proven or span <= bound)
+    return replace(result, schedule=sched, info=info)
