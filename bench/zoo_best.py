@@ -202,16 +202,21 @@ def table(half: str, rows: list[dict], effort: float, workers: int) -> str:
 
 def stated_bound(path: Path, ours: int | None = None) -> int:
     """The makespan bound `tessel search` states for the spec at its own N; with `ours`, the one
-    it states beside a plan of that makespan (the one-device bound is asked for only above the
-    others: `bounds.makespan_bound`'s `above`)."""
+    it states beside a plan of that makespan (the one-device bound and the whole schedule with
+    memory as cuts are asked for only above the others: `bounds.makespan_bound`'s `above`,
+    `heldcuts.held_cuts`)."""
     from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.search.bounds import makespan_bound
+    from tessel_dsl.search.heldcuts import held_cuts
     from tessel_dsl.search.timescale import divide_spec, time_unit
 
     spec = parse_file(path)
     unit = time_unit(spec)
+    base, n = divide_spec(spec, unit), spec.microbatches
     above = None if ours is None else -(-ours // unit)
-    return makespan_bound(divide_spec(spec, unit), spec.microbatches, above=above) * unit
+    if above is not None and above > makespan_bound(base, n, above=above):
+        held_cuts(base, n, above)
+    return makespan_bound(base, n, above=above) * unit
 
 
 def bounds_table(half: str, rows: list[dict]) -> tuple[str, int]:
