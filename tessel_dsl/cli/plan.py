@@ -56,7 +56,7 @@ def plan(
                                                     "the plan may differ from run to run."),
     effort: float = typer.Option(0.0, "--effort", min=0.0, metavar="E",
                                  help="Each candidate's search re-solves its whole schedule on E more units of "
-                                      "deterministic solver budget (`tessel search --effort`; about E seconds of "
+                                      "deterministic solver budget (`tessel search --effort`; about E to 2E seconds of "
                                       "CPU per candidate, and tens of seconds more where it also tries "
                                       "two-micro-batch repetends). Default 0: the searches alone."),
     device: Optional[str] = typer.Option(None, "--device", metavar="cpu|cuda|cuda:N",

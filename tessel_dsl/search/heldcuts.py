@@ -70,17 +70,19 @@ class CutAnswer:
     optimal: bool
 
 
-# [spec, microbatches, CutAnswer] of the last solve: the search asks once, then reads it back
+# [spec, microbatches, CutAnswer, effort] of the last solve: the search asks, then reads it back
 _LAST: list = []
 
 
-def held_cuts(spec: Spec, microbatches: int, above: int, *, time_limit: float | None = None) -> CutAnswer | None:
-    """The module text's solve for a schedule shorter than `above` (the makespan of one in hand);
-    None when it is not tried (no memory binds, too many instances, zero-time blocks). Asked
-    again for the same spec and N, the first answer is returned: its bound holds whatever
-    schedule is now in hand."""
+def held_cuts(spec: Spec, microbatches: int, above: int, *, time_limit: float | None = None,
+              effort: float = CUT_EFFORT) -> CutAnswer | None:
+    """The module text's solve for a schedule shorter than `above` (the makespan of one in hand)
+    on `effort` (deterministic time); None when it is not tried (no memory binds, too many
+    instances, zero-time blocks). Asked again for the same spec and N on no more effort, the
+    first answer is returned (its bound holds whatever schedule is now in hand); on more, the
+    model is solved again below `above`, and the larger of the two proven bounds is kept."""
     got = cached(spec, microbatches)
-    if got is not None:
+    if got is not None and _LAST[3] >= effort:
         return got
     from tessel_dsl.search.membound import holdings
 
@@ -88,8 +90,11 @@ def held_cuts(spec: Spec, microbatches: int, above: int, *, time_limit: float | 
     binding = [h for h in holdings(spec) if h.limit < n]
     if not binding or n * len(spec.blocks) > CUT_MAX_INSTANCES or any(b.time <= 0 for b in spec.blocks):
         return None
-    answer = _solve(spec, n, above, binding, time_limit)
-    _LAST[:] = [spec, n, answer]
+    answer = _solve(spec, n, above, binding, time_limit, effort)
+    if got is not None and got.bound > answer.bound:
+        settled = answer.schedule.makespan(spec) <= got.bound if answer.schedule is not None else got.bound >= above
+        answer = CutAnswer(got.bound, answer.schedule, settled)
+    _LAST[:] = [spec, n, answer, effort]
     return answer
 
 
@@ -100,7 +105,7 @@ def cached(spec: Spec, microbatches: int) -> CutAnswer | None:
     return None
 
 
-def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None) -> CutAnswer:
+def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None, effort: float) -> CutAnswer:
     from tessel_dsl.search.solvers.cpsat import run_model
     from tessel_dsl.search.solvers.cpsat_module import cp_model
     from tessel_dsl.validate import validate
@@ -129,7 +134,7 @@ def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None) ->
         for i in range(n - h.limit):
             m.add(start[h.alloc, i + h.limit] >= start[h.free, i] + time[h.free])
     m.minimize(span)
-    status, solver = run_model(m, effort=CUT_EFFORT, time_limit=time_limit,
+    status, solver = run_model(m, effort=effort, time_limit=time_limit,
                                presolve=n * len(names) <= PRESOLVE_MAX_INSTANCES)
     if status == "infeasible":
         return CutAnswer(above, None, True)  # nothing shorter than the schedule in hand
@@ -146,10 +151,10 @@ def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None) ->
     return CutAnswer(max(bound, sched.makespan(spec)) if optimal else bound, sched, optimal)
 
 
-def adopt(spec: Spec, microbatches: int, result, *, time_limit: float | None = None):
-    """`result` (a `SearchResult` for `microbatches`) with the module text's solve applied: its
-    schedule replaced by a shorter one found (the slots only: the stored repetend stays for
-    other N), and its stated bound and verdict raised by what the solve proved."""
+def adopt(spec: Spec, microbatches: int, result, *, time_limit: float | None = None, effort: float = CUT_EFFORT):
+    """`result` (a `SearchResult` for `microbatches`) with the module text's solve applied (on
+    `effort`): its schedule replaced by a shorter one found (the slots only: the stored repetend
+    stays for other N), and its stated bound and verdict raised by what the solve proved."""
     from dataclasses import replace
 
     from tessel_dsl.search.bounds import makespan_bound
@@ -161,7 +166,7 @@ def adopt(spec: Spec, microbatches: int, result, *, time_limit: float | None = N
     span = sched.makespan(spec)
     if span <= makespan_bound(spec, microbatches, above=span):
         return result  # at the bound already (or a solve before settled it): nothing to win
-    answer = held_cuts(spec, microbatches, span, time_limit=time_limit)
+    answer = held_cuts(spec, microbatches, span, time_limit=time_limit, effort=effort)
     if answer is None:
         return result
     notes = info.notes
@@ -169,9 +174,9 @@ def adopt(spec: Spec, microbatches: int, result, *, time_limit: float | None = N
         better = replace(sched, slots=compact(spec, answer.schedule.slots))
         validate(spec, better)
         notes += (note("held-cuts", n=microbatches, before=span, after=better.makespan(spec),
-                       optimal=answer.optimal),)
+                       optimal=better.makespan(spec) <= answer.bound),)
         sched, span = better, better.makespan(spec)
-    elif answer.optimal:
+    elif span <= answer.bound:
         notes += (note("held-cuts-proof", n=microbatches),)
     bound = max(info.makespan_bound, answer.bound)
     info = replace(info, notes=notes, makespan_bound=bound, proven=info.proven or span <= bound)

@@ -90,3 +90,22 @@ def test_against_the_time_optimal_solve(seed):
         # the cuts are the running sum: the model's optimum is TO's, and its schedule is valid
         assert got.optimal and got.schedule is not None and got.schedule.makespan(spec) == optimum
         assert _fresh(spec, n, optimum) == heldcuts.CutAnswer(optimum, None, True)
+
+
+def test_asked_again_it_solves_only_on_more_effort(monkeypatch):
+    # The search asks before its period walk and again at the end: one solve unless the end asks
+    # for more effort (`--effort`); then the larger proven bound of the two is kept.
+    spec = chain([4, 3, 4, 3], 2, n=6)
+    calls = []
+
+    def fake(s, n, above, binding, time_limit, effort):
+        calls.append((above, effort))
+        return heldcuts.CutAnswer(141 if len(calls) == 1 else 139, None, False)
+
+    monkeypatch.setattr(heldcuts, "_solve", fake)
+    heldcuts._LAST.clear()
+    assert held_cuts(spec, 6, 200).bound == 141 and calls == [(200, 2.0)]
+    assert held_cuts(spec, 6, 180).bound == 141 and len(calls) == 1  # no more effort: the first answer
+    got = held_cuts(spec, 6, 180, effort=12.0)
+    assert calls == [(200, 2.0), (180, 12.0)] and got.bound == 141
+    assert held_cuts(spec, 6, 170, effort=5.0).bound == 141 and len(calls) == 2
