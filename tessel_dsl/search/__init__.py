@@ -10,6 +10,7 @@ setwidth    memory-aware interleaved 1F1B with its micro-batch set size searched
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
 devrelax    a makespan bound from one memory-bound device alone, the rest of the pipeline as delays (CP-SAT)
+heldcuts    every block instance again with memory as holding cuts: a bound, and often a shorter or proven plan
 timescale   the search's time unit: block times over their common divisor, answers scaled back
 kcopy       the search over repetends holding every block k times (unrolled with `copies`)
 copies      unrolling a spec k times, folding its schedule back

@@ -171,7 +171,9 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
                              device_chains=effort > 0)
     # The whole schedule with memory as holding cuts (`heldcuts.py`): shorter, or proven; a
     # user's --effort is spent on it too (memchain.tsl: 1473 -> 1449, the optimum, at effort 20).
-    result = adopt(base, n, result, time_limit=clock.left(), effort=CUT_EFFORT + effort)
+    span = result.schedule.makespan(base)
+    result = adopt(base, n, result, makespan_bound(base, n, above=span), time_limit=clock.left(),
+                   effort=CUT_EFFORT + effort)
     if effort > 0:
         from tessel_dsl.search.refine import polish
 

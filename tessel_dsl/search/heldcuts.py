@@ -151,20 +151,21 @@ def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None, ef
     return CutAnswer(max(bound, sched.makespan(spec)) if optimal else bound, sched, optimal)
 
 
-def adopt(spec: Spec, microbatches: int, result, *, time_limit: float | None = None, effort: float = CUT_EFFORT):
+def adopt(spec: Spec, microbatches: int, result, bound: int, *, time_limit: float | None = None,
+          effort: float = CUT_EFFORT):
     """`result` (a `SearchResult` for `microbatches`) with the module text's solve applied (on
     `effort`): its schedule replaced by a shorter one found (the slots only: the stored repetend
-    stays for other N), and its stated bound and verdict raised by what the solve proved."""
+    stays for other N), and its stated bound and verdict raised by what the solve proved.
+    `bound`: the makespan bound known so far (`bounds.makespan_bound` beside this schedule)."""
     from dataclasses import replace
 
-    from tessel_dsl.search.bounds import makespan_bound
     from tessel_dsl.search.compact import compact
     from tessel_dsl.search.notes import note
     from tessel_dsl.validate import validate
 
     sched, info = result.schedule, result.info
     span = sched.makespan(spec)
-    if span <= makespan_bound(spec, microbatches, above=span):
+    if span <= bound:
         return result  # at the bound already (or a solve before settled it): nothing to win
     answer = held_cuts(spec, microbatches, span, time_limit=time_limit, effort=effort)
     if answer is None:
