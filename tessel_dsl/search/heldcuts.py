@@ -180,5 +180,8 @@ def adopt(spec: Spec, microbatches: int, result, bound: int, *, time_limit: floa
     elif span <= answer.bound:
         notes += (note("held-cuts-proof", n=microbatches),)
     bound = max(info.makespan_bound, answer.bound)
-    info = replace(info, notes=notes, makespan_bound=bound, proven=info.proven or span <= bound)
+    # At the bound the makespan is optimal for this N; `proven` also asks for the period's proof
+    # (the driver's rule), which a plan with no repetend has nothing to prove for.
+    settled = span <= bound and (info.period_proven or sched.repetend is None)
+    info = replace(info, notes=notes, makespan_bound=bound, proven=info.proven or settled)
     return replace(result, schedule=sched, info=info)

@@ -67,13 +67,14 @@ def test_plan_states_the_bound_and_the_proven_period():
 def test_a_cut_budget_makes_the_plan_unproven(monkeypatch):
     # The solver-based search (a method named), not the constructive schedule `auto` returns. On
     # zero-bubble N=8 the best makespan found (38) is above the analytic makespan bound (35), so
-    # only the solves themselves can prove it -- once the one-device relaxation, which proves 38
-    # shortest by itself, is out of the way.
+    # only the solves themselves can prove it -- once the one-device relaxation and the whole
+    # schedule with memory as cuts, which each prove 38 shortest by themselves, are out of the way.
     spec = parse_file(ROOT / "specs/zerobubble.tsl")
     assert makespan_bound(spec, 8) == 35 and makespan_bound(spec, 8, above=38) == 38
-    from tessel_dsl.search import bounds, devrelax
+    from tessel_dsl.search import bounds, devrelax, heldcuts
     monkeypatch.setattr(bounds, "_LAST", [])
     monkeypatch.setattr(devrelax, "device_relaxation", lambda spec, n: (0, None))
+    monkeypatch.setattr(heldcuts, "CUT_MAX_INSTANCES", 0)
     assert search(spec, microbatches=8, method="modulo").info.proven  # with the shipped budgets nothing is cut
     monkeypatch.setattr(driver, "COMPLETION_EFFORT", 1e-5)  # too little to prove the warmup optimal
     # ... and to the end re-solve, which would otherwise prove the whole schedule shortest anyway
