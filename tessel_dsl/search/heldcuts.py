@@ -172,7 +172,8 @@ def adopt(spec: Spec, microbatches: int, result, bound: int, *, time_limit: floa
         return result
     notes = info.notes
     if answer.schedule is not None and answer.schedule.makespan(spec) < span:
-        better = replace(sched, slots=compact(spec, answer.schedule.slots))
+        # (its order is not the repetend's: the repetend stays for other N only, as in `finish.py`)
+        better = replace(sched, slots=compact(spec, answer.schedule.slots), repetend_start=None)
         validate(spec, better)
         notes += (note("held-cuts", n=microbatches, before=span, after=better.makespan(spec),
                        optimal=better.makespan(spec) <= answer.bound),)

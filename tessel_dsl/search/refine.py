@@ -195,7 +195,9 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
     if not sol.ok or sol.objective is None or sol.objective >= span:
         return schedule, False
     new = compact(spec, [Slot(t, s.block, s.mb) for s, t in zip(slots, sol.starts)])
-    out = replace(schedule, slots=new)
+    # Re-solved whole, the schedule no longer runs its repetend from a known start: the repetend
+    # stays for other N only (as when a baseline's order wins, `finish.py`).
+    out = replace(schedule, slots=new, repetend_start=None if whole else schedule.repetend_start)
     validate(spec, out)
     if out.makespan(spec) >= span:
         return schedule, False

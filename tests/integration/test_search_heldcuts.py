@@ -29,6 +29,13 @@ def test_a_zero_bubble_chain_reaches_its_bound():
     assert result.info.proven
     assert "with memory as holding cuts shortened the makespan from 5394 to 5385, proven shortest" in render(
         result.info.notes)
+    # Its order is not the repetend's: the repetend is kept for other N only, so no period is
+    # claimed for this N, and the plan still re-extends.
+    sched = result.schedule
+    assert sched.repetend is not None and sched.repetend_start is None
+    longer = reextend(spec, sched, 40, info=result.info)
+    validate(spec, longer)
+    assert longer.microbatches == 40
 
 
 def test_a_plan_is_proven_where_the_analytic_bound_is_below_it():
