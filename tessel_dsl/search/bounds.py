@@ -81,6 +81,18 @@ def one_device_source(spec: Spec, microbatches: int) -> tuple[int, int, int] | N
     return (got, device, cheap) if got > cheap else None
 
 
+def held_cuts_source(spec: Spec, microbatches: int) -> tuple[int, int] | None:
+    """(bound, the other bounds' largest) when the whole schedule with memory as holding cuts
+    (`heldcuts.py`) proved `spec` at `microbatches` a bound above every other; else None."""
+    from tessel_dsl.search.heldcuts import cached
+
+    cut = cached(spec, microbatches)
+    if cut is None or not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches):
+        return None
+    others = max(_LAST[2], _LAST[3][0] if _LAST[3] is not None else 0)
+    return (cut.bound, others) if cut.bound > others else None
+
+
 def _makespan_bound(spec: Spec, microbatches: int) -> int:
     from tessel_dsl.search.membound import memory_makespan_bound
 

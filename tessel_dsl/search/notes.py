@@ -126,6 +126,9 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "bound-one-device": lambda v: (
         f"the makespan lower bound {v['bound']} is device {v['device']}'s alone: its blocks for every "
         f"micro-batch within its memory, the other devices' only as delays (the other bounds give {v['analytic']})"),
+    "bound-held-cuts": lambda v: (
+        f"the makespan lower bound {v['bound']} is proven on every block instance with memory as holding cuts "
+        f"(the other bounds give {v['analytic']})"),
     "baseline-unbeaten": lambda v: (
         f"{v['baseline'].upper()} for N={v['n']} (makespan {v['makespan']}) is used: an extended repetend holding "
         f"each block once, starting a micro-batch every period, would need a period below {v['cap']} to beat it, "
