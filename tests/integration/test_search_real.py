@@ -106,12 +106,13 @@ def test_n_below_nr_is_finished_like_any_n():
     # The NN-shape at N = 6, below its repetend's N_R = 8: the direct solve's budget finds nothing
     # shorter than the N_R schedule without its last two micro-batches (848 ms); the finishing
     # step's whole re-solve then reaches 779 ms, the time-optimal makespan (`optimal()` proves it
-    # on effort 16, 13 s of CPU: too slow to repeat here).
+    # on effort 16, 13 s of CPU: too slow to repeat here), and on its budget for a whole schedule
+    # (`refine.WHOLE_EFFORT`) proves it too.
     spec = parse_file(REAL / "nnshape8.tsl")
     result = search(spec, microbatches=6)
     validate(spec, result.schedule)
     assert result.info.nr > 6
-    assert result.schedule.makespan(spec) == 779
+    assert result.schedule.makespan(spec) == 779 and result.info.proven
     kinds = [x.kind for x in result.info.notes]
     assert "below-nr-seed" in kinds and "ends-resolved" in kinds
     assert "from 848 to 779" in render(result.info.notes)
