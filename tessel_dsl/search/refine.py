@@ -146,8 +146,8 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
     """Re-solve the head and tail of `schedule`; returns (schedule, improved).
 
     `time_limit` caps the wall-clock time (None: only `effort` bounds it, so the answer is the
-    same on every run); `effort` None: `WHOLE_EFFORT` when every instance is free, else
-    `REFINE_EFFORT`. When the budget stops the solve before it proves its answer optimal, a
+    same on every run); `effort` None: `WHOLE_EFFORT` when every instance is free and there are
+    at most `FULL_RESOLVE_TASKS`, else `REFINE_EFFORT`. When the budget stops the solve before it proves its answer optimal, a
     line is added to `cuts`; when the whole schedule was free and the solve proved that nothing
     is shorter than the schedule returned, a line is added to `proofs` (the model holds every
     constraint of the spec, memory included, and the micro-batch order it adds loses no makespan:
@@ -166,7 +166,7 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
     if effort is None:
         # A whole schedule is small (at most FULL_RESOLVE_TASKS instances): a larger budget costs
         # little and settles more (zoo deepseek_moe8 at N = 4: 314 -> 309, the optimum, proven; 1 s).
-        effort = WHOLE_EFFORT if whole else REFINE_EFFORT
+        effort = WHOLE_EFFORT if whole and len(slots) <= FULL_RESOLVE_TASKS else REFINE_EFFORT
     tasks = tuple(Task((s.block, s.mb), spec.block(s.block).time, spec.block(s.block).devices,
                        spec.block(s.block).memory) for s in slots)
     prec = [Precedence(index[(e.src, mb)], index[(e.dst, mb)], lag(spec, e.src, e.dst))
