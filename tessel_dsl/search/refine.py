@@ -47,7 +47,7 @@ HEAD_PERIODS = 2         # how far past the first repetend copy the head region 
 POLISH_MAX_TASKS = 4000  # `polish` (asked for with an effort) frees every instance up to this many
 FULL_RESOLVE_TASKS = 160  # up to this many block instances every one is free (the whole schedule re-solved)
 PROOF_EFFORT = 0.5       # budget (at most the re-solve's) of the first, proof-minded solve of a whole re-solve
-WHOLE_EFFORT = 6.0       # the least budget of a whole re-solve (every instance free, at most FULL_RESOLVE_TASKS)
+WHOLE_EFFORT = 6.0       # budget of a whole re-solve of a small schedule (at most FULL_RESOLVE_TASKS instances)
 
 
 _BUILT: list = []  # the last spec's applicable baselines: (spec, n, [(schedule, name)] shortest first, complete)
@@ -147,8 +147,8 @@ def refine_ends(spec: Spec, schedule: Schedule, *, solver: str, time_limit: floa
 
     `time_limit` caps the wall-clock time (None: only `effort` bounds it, so the answer is the
     same on every run); `effort` None: `WHOLE_EFFORT` when every instance is free and there are
-    at most `FULL_RESOLVE_TASKS`, else `REFINE_EFFORT`. When the budget stops the solve before it proves its answer optimal, a
-    line is added to `cuts`; when the whole schedule was free and the solve proved that nothing
+    at most `FULL_RESOLVE_TASKS`, else `REFINE_EFFORT`. When the budget stops the solve before it
+    proves its answer optimal, a line is added to `cuts`; when the whole schedule was free and the solve proved that nothing
     is shorter than the schedule returned, a line is added to `proofs` (the model holds every
     constraint of the spec, memory included, and the micro-batch order it adds loses no makespan:
     `microbatch_order`).
