@@ -72,25 +72,25 @@ def makespan_bound(spec: Spec, microbatches: int, above: int | None = None) -> i
     return max(_LAST[2], _LAST[3][0], cut.bound if cut is not None else 0)
 
 
-def one_device_source(spec: Spec, microbatches: int) -> tuple[int, int, int] | None:
-    """(bound, device, the other bounds' largest) when `makespan_bound` last gave `spec` at
-    `microbatches` a bound from one device alone (`devrelax.py`) above the others; else None."""
-    if not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches and _LAST[3] is not None):
-        return None
-    (got, device), cheap = _LAST[3], _LAST[2]
-    return (got, device, cheap) if got > cheap else None
-
-
-def held_cuts_source(spec: Spec, microbatches: int) -> tuple[int, int] | None:
-    """(bound, the other bounds' largest) when the whole schedule with memory as holding cuts
-    (`heldcuts.py`) proved `spec` at `microbatches` a bound above every other; else None."""
+def source_notes(spec: Spec, microbatches: int, stated: int, unit: int = 1) -> tuple:
+    """Notes saying where `stated` (the plan's makespan bound) comes from, when `makespan_bound`
+    last gave `spec` at `microbatches` a sharper bound than the analytic ones: one device alone
+    (`devrelax.py`), or the whole schedule with memory as holding cuts (`heldcuts.py`), beside
+    what the others give. Times scaled by `unit` (`timescale.py`)."""
     from tessel_dsl.search.heldcuts import cached
+    from tessel_dsl.search.notes import note
 
+    if not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches):
+        return ()
+    cheap, (device_bound, device) = _LAST[2], _LAST[3] if _LAST[3] is not None else (0, None)
+    said = ()
+    if device_bound > cheap and device_bound == stated:
+        said += (note("bound-one-device", bound=device_bound * unit, device=device, analytic=cheap * unit),)
     cut = cached(spec, microbatches)
-    if cut is None or not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches):
-        return None
-    others = max(_LAST[2], _LAST[3][0] if _LAST[3] is not None else 0)
-    return (cut.bound, others) if cut.bound > others else None
+    others = max(cheap, device_bound)
+    if cut is not None and cut.bound > others and cut.bound == stated:
+        said += (note("bound-held-cuts", bound=cut.bound * unit, analytic=others * unit),)
+    return said
 
 
 def _makespan_bound(spec: Spec, microbatches: int) -> int:

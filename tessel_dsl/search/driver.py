@@ -24,7 +24,7 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.plan import SearchInfo
 from tessel_dsl.plan_check import check_microbatch_count
 from tessel_dsl.schedule import Repetend, Schedule
-from tessel_dsl.search.bounds import held_cuts_source, makespan_bound, one_device_source
+from tessel_dsl.search.bounds import makespan_bound, source_notes
 from tessel_dsl.search.clock import Clock
 from tessel_dsl.search.completion import solve_cooldown, solve_warmup
 from tessel_dsl.search.direct import direct_search
@@ -182,12 +182,7 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
         result = polish(base, result, solver=solver, clock=clock, effort=effort)
     info = result.info
     said = (note("time-limit-skipped", limit=time_limit, steps=clock.skipped),) if clock.skipped else ()
-    source = one_device_source(base, n)
-    if source is not None and source[0] == info.makespan_bound:
-        said += (note("bound-one-device", bound=source[0] * unit, device=source[1], analytic=source[2] * unit),)
-    cut = held_cuts_source(base, n)
-    if cut is not None and cut[0] == info.makespan_bound:
-        said += (note("bound-held-cuts", bound=cut[0] * unit, analytic=cut[1] * unit),)
+    said += source_notes(base, n, info.makespan_bound, unit)
     info = replace(info, seconds=clock.elapsed(), lower_bound=info.lower_bound * unit, period=info.period * unit,
                    makespan_bound=info.makespan_bound * unit, memory_bound=float(memory_period_bound(spec)),
                    notes=info.notes + said)
