@@ -30,7 +30,7 @@ lags        transfer lags: the gap a spec's link puts between a block and a cons
 refine      finishing for one N: better baseline orders, end re-solve
 optimal     the time-optimal schedule (TO) for comparison
 solvers/    one small scheduling problem, answered by CP-SAT or Z3
-baselines/  GPipe, 1F1B, 1F1B+, Chimera-direct, and the comparison table
+baselines/  GPipe, 1F1B, 1F1B+, GPipe+, Chimera-direct, zero-bubble, and the comparison table
 
 `search` is imported on first use, so importing a module of this package stays cheap.
 """

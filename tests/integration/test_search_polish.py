@@ -83,7 +83,12 @@ def test_the_polish_keeps_each_device_within_the_peak_it_started_from(monkeypatc
     length: uncapped, at N = 8 it came back 1 unit shorter holding 56 / 32 / 32 / 32 units at
     peak against the 48 / 28 / 30 / 32 of the schedule it started from. Every device stays within
     its starting peak, and the schedule is shorter. (N = 10: at N = 8 the search's own finishing
-    now reaches the stated bound, 856, and leaves the polish nothing.)"""
+    now reaches the stated bound, 856, and leaves the polish nothing; at N = 10 its whole-schedule
+    model, heldcuts.py, reaches the bound too, so it is left out here, as on a spec over its size
+    limit.)"""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("tessel_dsl.search.heldcuts"), "CUT_MAX_INSTANCES", 0)
     spec = replace(_chain_v(10), memory=10**6)
     plain, polished = _with_and_without_polish(monkeypatch, spec, 5)
     before, after = plain.schedule.peak_memory(spec), polished.schedule.peak_memory(spec)

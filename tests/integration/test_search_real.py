@@ -6,6 +6,7 @@ import pytest
 
 from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.search.baselines import build
+from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.driver import search
 from tessel_dsl.search.notes import render
 from tessel_dsl.validate import validate
@@ -116,3 +117,17 @@ def test_n_below_nr_is_finished_like_any_n():
     kinds = [x.kind for x in result.info.notes]
     assert "below-nr-seed" in kinds and "ends-resolved" in kinds
     assert "from 848 to 779" in render(result.info.notes)
+
+
+def test_an_m_shape_takes_gpipe_plus_at_its_bound():
+    # bench/specs/real/mshape16.tsl: the vocabulary-parallel embedding and head on all 16 devices,
+    # 60 GB holding every micro-batch in flight. GPipe with those blocks pinned into the chain
+    # (gpipe+) runs at the analytic makespan bound, where 1F1B+ and plain GPipe do not; the search
+    # takes it and states it proven.
+    spec = parse_file(REAL / "mshape16.tsl")
+    assert build(spec, "1f1b+").makespan(spec) == 4658 and build(spec, "gpipe").makespan(spec) == 36960
+    result = search(spec)
+    validate(spec, result.schedule)
+    assert result.schedule.makespan(spec) == 3945 == result.info.makespan_bound == makespan_bound(spec, 32)
+    assert result.info.proven and result.schedule.slots == build(spec, "gpipe+").slots
+    assert any(x.kind == "baseline-beats" and x.values["baseline"] == "gpipe+" for x in result.info.notes)

@@ -110,13 +110,13 @@ def zbv(d=4, n=4, m=None, infer=False, **costs) -> Spec:
 # the one table a new baseline is added to; the shipped specs are matched to these placements
 # (SHIPPED_PLACEMENT below) and expect the same.
 APPLICABLE = {
-    zbchain: ({"gpipe", "zb-h1", "zb-h1-capped"}, {"gpipe", "1f1b", "1f1b-capped", "1f1b+"}),
+    zbchain: ({"gpipe", "zb-h1", "zb-h1-capped"}, {"gpipe", "1f1b", "1f1b-capped", "1f1b+", "gpipe+"}),
     zbv: ({"gpipe", "zb-v", "zb-v-capped"}, {"gpipe"}),
     interleaved: ({"gpipe", "interleaved-1f1b"},),
-    vshape: ({"gpipe", "1f1b", "1f1b-capped", "1f1b+"},),
+    vshape: ({"gpipe", "1f1b", "1f1b-capped", "1f1b+", "gpipe+"},),
     xshape: ({"gpipe", "chimera"},),
-    mshape: ({"gpipe", "1f1b+"},),
-    nnshape: ({"gpipe", "1f1b+"},),
+    mshape: ({"gpipe", "1f1b+", "gpipe+"},),
+    nnshape: ({"gpipe", "1f1b+", "gpipe+"},),
     kshape: ({"gpipe"},),
 }
 NAMES = tuple(BY_NAME)
@@ -419,6 +419,41 @@ def test_gpipe_runs_forwards_in_micro_batch_order():
     order = _device_order(spec, build(spec, "gpipe"), 0)
     assert order[:6] == [("F0_0", 0), ("F2_0", 0), ("F0_0", 1), ("F2_0", 1), ("F0_0", 2), ("F2_0", 2)]
     assert order[6:] == [("B2_0", 0), ("B0_0", 0), ("B2_0", 1), ("B0_0", 1), ("B2_0", 2), ("B0_0", 2)]
+
+
+def test_gpipe_plus_runs_all_device_blocks_beside_their_stage():
+    # mshape d=2 (E, F0, F1, B1, B0, EB; F 1, B 3, E and EB 1 on both devices), N=2, by hand.
+    # GPipe orders device 1 by (phase, micro-batch): E:0 F1:0 E:1 F1:1 B1:0 EB:0 B1:1 EB:1, so E:1
+    # waits for F1:0 and EB:0 sits between the two B1: E 0-1, F0 1-2, F1 2-3, E 3-4, F0 4-5,
+    # F1 5-6, B1 6-9, B0 9-12, EB 12-13, B1 13-16, B0 16-19, EB 19-20.
+    # GPipe+ pins E before F0 and EB after B0 on device 0's queue, so device 1 runs both
+    # forwards, then both backwards: E 0-1, F0 1-2, E 2-3, F0 3-4 with F1 3-4, F1 4-5,
+    # B1 5-8, B1 8-11 with B0 8-11, EB 11-12, B0 12-15, EB 15-16.
+    spec = mshape(d=2, n=2, m=6)
+    assert build(spec, "gpipe").makespan(spec) == 20
+    plus = build(spec, "gpipe+")
+    assert plus.makespan(spec) == 16
+    assert _device_order(spec, plus, 1) == [("E", 0), ("E", 1), ("F1", 0), ("F1", 1), ("B1", 0), ("B1", 1),
+                                            ("EB", 0), ("EB", 1)]
+    assert sorted((x.start, x.block, x.mb) for x in plus.slots if x.block in ("E", "EB")) == [
+        (0, "E", 0), (2, "E", 1), (11, "EB", 0), (15, "EB", 1)]
+
+
+def test_gpipe_plus_runs_in_waves_that_fit_memory_and_is_gpipe_on_a_plain_chain():
+    # mshape d=4 holds 1 unit a micro-batch per device: M=3 holds waves of 3 micro-batches; each
+    # device's blocks of one wave all go forward first, then backward.
+    spec = mshape(d=4, n=6, m=3)
+    plus = build(spec, "gpipe+")
+    assert max(plus.peak_memory(spec)) == 3
+    for d in range(4):
+        order = [k for k in _device_order(spec, plus, d) if k[0] not in ("E", "EB")]
+        for wave in (range(3), range(3, 6)):
+            mine = [k for k in order if k[1] in wave]
+            assert [spec.block(k[0]).kind.is_backward for k in mine] == [False] * 3 + [True] * 3
+        assert order == sorted(order, key=lambda k: (k[1] // 3, spec.block(k[0]).kind.is_backward, k[1]))
+    assert plus.makespan(spec) < build(spec, "gpipe").makespan(spec)
+    chain = vshape(d=4, n=8, m=4)
+    assert build(chain, "gpipe+").slots == build(chain, "gpipe").slots
 
 
 def test_interleaved_1f1b_is_megatrons_order_and_reaches_the_bound_with_memory():

@@ -38,9 +38,17 @@ def test_stages_that_wait_for_each_other():
     assert makespan_bound(spec, 6, above=141) == 141  # the search's stated bound reads it back
 
 
-def test_not_tried_where_memory_does_not_bind():
-    spec = chain([4, 3, 4, 3], 8, n=6)  # eight in flight: more than N
-    assert _fresh(spec, 6, 200) is None
+def test_where_memory_does_not_bind_it_is_to_without_memory():
+    # Eight in flight, more than N: no cuts, so the model is TO with memory left out, and here
+    # (where memory binds nowhere) its optimum is TO's, proven. Too many instances: not tried.
+    spec = chain([4, 3, 4, 3], 8, n=6)
+    best = optimal(spec, 6, effort=30)
+    assert best.info.proven
+    got = _fresh(spec, 6, 200)
+    assert got.optimal and got.bound == got.schedule.makespan(spec) == best.schedule.makespan(spec)
+    validate(spec, got.schedule)
+    assert _fresh(spec, 6, got.bound) == heldcuts.CutAnswer(got.bound, None, True)
+    assert _fresh(chain([4, 3, 4, 3], 8, n=heldcuts.CUT_MAX_INSTANCES), heldcuts.CUT_MAX_INSTANCES, 10**9) is None
 
 
 def _spec(rng: random.Random):

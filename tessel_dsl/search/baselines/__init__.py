@@ -22,6 +22,7 @@ from tessel_dsl.search.baselines.chain import NotApplicable
 from tessel_dsl.search.baselines.classic import (
     chimera_orders,
     gpipe_orders,
+    gpipe_plus_orders,
     interleaved_orders,
     one_f_one_b_orders,
     one_f_one_b_plus_orders,
@@ -56,6 +57,9 @@ RECORDS: tuple[Baseline, ...] = (
              "1F1B played out in time, each stage keeping as many micro-batches in flight as its memory holds",
              seeds_search=True),
     Baseline("1f1b+", one_f_one_b_plus_orders, "1F1B with multi-device blocks pinned into the chain",
+             seeds_search=True),
+    Baseline("gpipe+", gpipe_plus_orders,
+             "GPipe with multi-device blocks pinned into the chain as in 1F1B+, in waves as M holds",
              seeds_search=True),
     Baseline("chimera", chimera_orders, "Chimera-direct, two chains run in opposite directions", seeds_search=True),
     Baseline("interleaved-1f1b", interleaved_orders,

@@ -12,6 +12,8 @@ compacts them into start times and validates the result. Definitions:
   neighbour in the chain (a forward-side one right before the first stage that needs it, a
   backward-side one right after the last stage it needs), as the Tessel paper's §6 describes;
   the same on tensor-parallel stages, with the blocks that span several stages pinned.
+* GPipe+: GPipe on 1F1B+'s chain, the multi-device blocks pinned the same way, so that an
+  all-device block no longer holds every device to one micro-batch at a time.
 * Chimera (direct concatenation): two chains running in opposite directions share the devices; a
   basic unit of D micro-batches (D/2 spec micro-batches, each holding one micro-batch per
   direction) is scheduled greedily with backwards first; units are concatenated per device.
@@ -202,6 +204,53 @@ def one_f_one_b_plus_orders(spec: Spec, n: int) -> list[list[Key]]:
         for blk, mb in stage_queue(spec, chain, s, n, "1F1B+"):
             q += [(x, mb) for x in before.get(blk, [])] + [(blk, mb)] + [(x, mb) for x in after.get(blk, [])]
         queues[st.device] = q
+    return play_queues(spec, queues)
+
+
+def gpipe_plus_orders(spec: Spec, n: int) -> list[list[Key]]:
+    """GPipe on 1F1B+'s chain: each stage runs all forwards of a wave, then all its backwards,
+    with the multi-device blocks pinned into the chain as 1F1B+ pins them; waves of as many
+    micro-batches as M holds (the widest whose schedule fits, as `gpipe_orders`).
+
+    Plain GPipe orders every device's blocks by (phase, micro-batch), so an all-device block
+    after a stage (E2 after F7 in specs/nnshape.tsl) comes before the next micro-batch's first
+    all-device block on every device, and the forwards run one micro-batch at a time (448 ms a
+    micro-batch on bench/specs/real/nnshape16.tsl). Pinned, they follow their stage instead."""
+    from tessel_dsl.schedule import Schedule
+    from tessel_dsl.search.compact import compact
+
+    held = resident_memory(spec)
+    widest = min([n] + [spec.capacity(d) // h for d, h in enumerate(held) if h > 0])
+    for wave in range(max(widest, 1), 0, -1):
+        waves = [range(first, min(n, first + wave)) for first in range(0, n, wave)]
+        orders = _plus_orders(spec, n, lambda has_backward, _s: [
+            (p, mb) for mbs in waves for p in ("F", "B")[:1 + has_backward] for mb in mbs])
+        if Schedule(n, compact(spec, orders=orders)).fits_memory(spec):
+            return orders
+    raise InfeasibleError(f"GPipe+: not even one micro-batch at a time fits memory {capacity_in(spec)}")
+
+
+def _plus_orders(spec: Spec, n: int, phases) -> list[list[Key]]:
+    """Per-device orders of a stage-queue schedule on 1F1B+'s chain, played out: `phases(has
+    backward, stage index)` gives each stage's queue as ("F" | "B", micro-batch), and the
+    multi-device blocks are pinned into it as in 1F1B+ (single-device stages, else
+    tensor-parallel ones with the shared blocks spanning several stages)."""
+    try:
+        chain = find_chain(spec, who="GPipe+", allow_shared=True)
+        stages = tuple(GroupStage((st.device,), (st.forward,), (st.backward,) if st.backward else ())
+                       for st in chain.stages)
+        shared = chain.shared
+    except NotApplicable:
+        stages, shared = find_shared_stages(spec, who="GPipe+")
+    before, after = _pins(spec, shared, [x for st in stages for x in st.forward],
+                          [x for st in reversed(stages) for x in st.backward])
+    queues: list[list[Key]] = [[] for _ in range(spec.devices)]
+    for s, st in enumerate(stages):
+        q: list[Key] = []
+        for phase, mb in phases(bool(st.backward), s):
+            for blk in (st.forward if phase == "F" else st.backward):
+                q += [(x, mb) for x in before.get(blk, [])] + [(blk, mb)] + [(x, mb) for x in after.get(blk, [])]
+        queues[min(st.devices)] = q
     return play_queues(spec, queues)
 
 
