@@ -4,6 +4,7 @@ shortest where the analytic bounds cannot, and a plan that keeps a tuned baselin
 re-extends to another N."""
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 from tessel_dsl.lang.parser import parse, parse_file
@@ -71,62 +72,15 @@ def test_a_plan_naming_a_tuned_baseline_reextends():
 
 
 
-# bench/zb_heads.py's spec 2 (`python bench/zb_heads.py --print 2`): a zero-bubble chain with an
-# embedding on device 0 and a head on device 7, 80 GB a device, so no memory binds.
-ZB_HEADS = """\
-placement zb_heads2
-resolution time 1ms
-resolution memory 10MB
-devices 8
-memory 80GB
-microbatches 32
-mode train
-forward EMB on 0 time 7ms memory 0.1GB
-backward EMBB of EMB on 0 time 7ms memory -0.1GB
-forward F0 on 0 time 30ms memory 0.88GB
-input_grad I0 of F0 time 33ms
-weight_grad W0 of F0 time 26ms memory -0.88GB
-I0 -> W0
-forward F1 on 1 time 30ms memory 1.22GB
-input_grad I1 of F1 time 31ms
-weight_grad W1 of F1 time 26ms memory -1.22GB
-I1 -> W1
-forward F2 on 2 time 30ms memory 1.38GB
-input_grad I2 of F2 time 33ms
-weight_grad W2 of F2 time 26ms memory -1.38GB
-I2 -> W2
-forward F3 on 3 time 31ms memory 1.01GB
-input_grad I3 of F3 time 35ms
-weight_grad W3 of F3 time 26ms memory -1.01GB
-I3 -> W3
-forward F4 on 4 time 26ms memory 1.11GB
-input_grad I4 of F4 time 30ms
-weight_grad W4 of F4 time 24ms memory -1.11GB
-I4 -> W4
-forward F5 on 5 time 29ms memory 1.21GB
-input_grad I5 of F5 time 34ms
-weight_grad W5 of F5 time 28ms memory -1.21GB
-I5 -> W5
-forward F6 on 6 time 30ms memory 1.13GB
-input_grad I6 of F6 time 28ms
-weight_grad W6 of F6 time 27ms memory -1.13GB
-I6 -> W6
-forward F7 on 7 time 31ms memory 1.33GB
-input_grad I7 of F7 time 29ms
-weight_grad W7 of F7 time 27ms memory -1.33GB
-I7 -> W7
-forward H on 7 time 20ms memory 0.5GB
-input_grad HI of H time 20ms
-weight_grad HW of H time 16ms memory -0.5GB
-HI -> HW
-EMB -> chain(F{k} for k in 0..7) -> H -> HI -> chain(I{7-k} for k in 0..7) -> EMBB
-"""
-
-
 def test_the_model_runs_where_no_memory_binds():
     # The search's own schedule there is 4906, above the analytic bound 4789; with no holding
     # binding the model is TO without memory, and it finds a schedule at that bound.
-    spec = parse(ZB_HEADS)
+    # bench/zb_heads.py's spec 2 (`python bench/zb_heads.py --print 2`): a zero-bubble chain with
+    # an embedding on device 0 and a head on device 7, 80 GB a device, so no memory binds.
+    sys.path.insert(0, str(ROOT / "bench"))
+    from zb_heads import spec_text
+
+    spec = parse(spec_text(2))
     assert makespan_bound(spec, 32) == 4789
     result = search(spec)
     validate(spec, result.schedule)

@@ -35,21 +35,22 @@ def test_interleaved_chains_reach_the_time_optimum(path, n):
     assert best.info.proven and makespan_bound(spec, n) == best.schedule.makespan(spec)
 
 
-def _devset(rng: random.Random, devices: int) -> str:
+def _devset(rng: random.Random, devices: int, everyone: float) -> str:
     r = rng.random()
-    if r < 0.12:
+    if r < everyone:
         return "all"
-    if r < 0.25:
+    if r < everyone + 0.13:
         a = rng.randrange(devices - 1)
         return f"{a}..{a + 1}"
     return str(rng.randrange(devices))
 
 
-def _random_spec(rng: random.Random):
+def _random_spec(rng: random.Random, everyone: float = 0.12):
+    """A random spec and its N; `everyone`: the share of blocks on every device."""
     devices = rng.choice([2, 3, 4])
     stages = rng.randint(devices, 2 * devices)
     split = rng.random() < 0.4
-    places = [_devset(rng, devices) for _ in range(stages)]
+    places = [_devset(rng, devices, everyone) for _ in range(stages)]
     if rng.random() < 0.4:
         places = [str(s % devices) for s in range(stages)]
     mems = [rng.randint(0, 3) for _ in range(stages)]
