@@ -22,12 +22,11 @@ from tessel_dsl.search.baselines.chain import NotApplicable
 from tessel_dsl.search.baselines.classic import (
     chimera_orders,
     gpipe_orders,
-    gpipe_plus_orders,
     interleaved_orders,
     one_f_one_b_orders,
-    one_f_one_b_plus_orders,
 )
 from tessel_dsl.search.baselines.listsched import Key
+from tessel_dsl.search.baselines.pinned import gpipe_plus_orders, one_f_one_b_plus_orders
 from tessel_dsl.search.baselines.zbcapped import zb_capped_orders
 from tessel_dsl.search.baselines.zbvcapped import zb_v_capped_orders
 from tessel_dsl.search.baselines.zerobubble import zb_h1_orders, zb_v_orders

@@ -8,33 +8,25 @@ compacts them into start times and validates the result. Definitions:
 * 1F1B: stage s of S first runs S-1-s forwards (fewer if memory M cannot hold them), then
   alternates one forward with one backward, then drains the remaining backwards. A stage is
   consecutive blocks on one device or on one tensor-parallel group.
-* 1F1B+: 1F1B on the single-device stages, with each multi-device block pinned next to its
-  neighbour in the chain (a forward-side one right before the first stage that needs it, a
-  backward-side one right after the last stage it needs), as the Tessel paper's §6 describes;
-  the same on tensor-parallel stages, with the blocks that span several stages pinned.
-* GPipe+: GPipe on 1F1B+'s chain, the multi-device blocks pinned the same way, so that an
-  all-device block no longer holds every device to one micro-batch at a time.
+* 1F1B+ and GPipe+, the same with multi-device blocks pinned into the chain: `pinned.py`.
 * Chimera (direct concatenation): two chains running in opposite directions share the devices; a
   basic unit of D micro-batches (D/2 spec micro-batches, each holding one micro-batch per
   direction) is scheduled greedily with backwards first; units are concatenated per device.
 """
 from __future__ import annotations
 
-from tessel_dsl.analysis import reachable, resident_memory
+from tessel_dsl.analysis import resident_memory
 from tessel_dsl.errors import InfeasibleError, ScheduleError
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.baselines.chain import (
-    Chain,
     GroupStage,
     NotApplicable,
-    Stage,
     components,
     find_chain,
     find_rounds,
-    find_shared_stages,
     find_stages,
 )
-from tessel_dsl.search.baselines.listsched import Key, play_greedy, play_queues
+from tessel_dsl.search.baselines.listsched import Key, play_greedy
 from tessel_dsl.units import capacity_in, memory_in
 
 
@@ -111,36 +103,20 @@ def _inflight_cap(spec: Spec, device: int, who: str) -> int:
     return cap // held
 
 
-def stage_queue(spec: Spec, chain: Chain, s: int, n: int, who: str = "1F1B") -> list[Key]:
-    """The 1F1B work queue of stage `s`: warmup forwards, one-forward-one-backward, cooldown."""
-    st: Stage = chain.stages[s]
-    if st.backward is None:
-        return [(st.forward, mb) for mb in range(n)]
-    # A stage cannot run ahead of the stages before it (its warmup forwards come from theirs), so
-    # a device with less memory earlier in the chain shortens every later warmup too.
-    caps = [_inflight_cap(spec, x.device, who) for x in chain.stages[:s + 1] if x.backward is not None]
-    warm = min(len(chain.stages) - 1 - s, n, min(caps) - 1)
-    q: list[Key] = [(st.forward, mb) for mb in range(warm)]
-    for i in range(n - warm):
-        q += [(st.forward, warm + i), (st.backward, i)]
-    q += [(st.backward, mb) for mb in range(n - warm, n)]
-    return q
-
-
 def one_f_one_b_orders(spec: Spec, n: int) -> list[list[Key]]:
     """1F1B over the spec's chain of stages (`chain.find_stages`): a stage may be several
     consecutive blocks on one device (an embedding before the first layer) or one
     tensor-parallel group (every device of the group runs the stage's queue)."""
     stages = find_stages(spec, who="1F1B")
     orders: list[list[Key]] = [[] for _ in range(spec.devices)]
-    for st, queue in zip(stages, _stage_phases(spec, stages, n, "1F1B")):
+    for st, queue in zip(stages, stage_phases(spec, stages, n, "1F1B")):
         row = [(name, mb) for phase, mb in queue for name in (st.forward if phase == "F" else st.backward)]
         for d in st.devices:
             orders[d] = list(row)
     return orders
 
 
-def _stage_phases(spec: Spec, stages: tuple[GroupStage, ...], n: int, who: str) -> list[list[tuple[str, int]]]:
+def stage_phases(spec: Spec, stages: tuple[GroupStage, ...], n: int, who: str) -> list[list[tuple[str, int]]]:
     """Each stage's 1F1B queue as ("F" | "B", micro-batch): warmup forwards, one forward one
     backward, cooldown backwards; a warmup no deeper than the memory of this stage and every
     stage before it holds (a stage never runs further ahead than the ones feeding it)."""
@@ -159,120 +135,6 @@ def _stage_phases(spec: Spec, stages: tuple[GroupStage, ...], n: int, who: str) 
         queue += [("B", mb) for mb in range(n - warm, n)]
         out.append(queue)
     return out
-
-
-def _anchor(spec: Spec, forwards: list[str], backwards: list[str], name: str,
-            reach: dict[str, frozenset[str]]) -> tuple[str, str]:
-    """(chain block, 'before' | 'after') that a multi-device block is pinned to; `forwards` and
-    `backwards` are the chain's blocks in the order they run for one micro-batch."""
-    b = spec.block(name)
-    seq = backwards if b.kind.is_backward else forwards
-    needs_it = [x for x in seq if x in reach[name]]
-    if not b.kind.is_backward and needs_it:
-        return needs_it[0], "before"
-    needed = [x for x in seq if name in reach[x]]
-    if needed:
-        return needed[-1], "after"
-    if needs_it:
-        return needs_it[0], "before"
-    raise NotApplicable(f"1F1B+ cannot place block {name}: it is not connected to the pipeline chain")
-
-
-def _pins(spec: Spec, shared: tuple[str, ...], forwards: list[str], backwards: list[str]
-          ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(before, after): the shared blocks pinned right before / after each chain block."""
-    reach = reachable(spec)
-    before: dict[str, list[str]] = {}
-    after: dict[str, list[str]] = {}
-    for name in shared:  # shared is in dependency order, so pinned blocks keep it
-        at, side = _anchor(spec, forwards, backwards, name, reach)
-        (before if side == "before" else after).setdefault(at, []).append(name)
-    return before, after
-
-
-def one_f_one_b_plus_orders(spec: Spec, n: int) -> list[list[Key]]:
-    """1F1B+ on a chain of single-device stages or, failing that, of tensor-parallel stages."""
-    try:
-        chain = find_chain(spec, who="1F1B+", allow_shared=True)
-    except NotApplicable:
-        return _group_plus_orders(spec, n)
-    before, after = _pins(spec, chain.shared, [st.forward for st in chain.stages],
-                          [st.backward for st in reversed(chain.stages) if st.backward])
-    queues: list[list[Key]] = [[] for _ in range(spec.devices)]
-    for s, st in enumerate(chain.stages):
-        q: list[Key] = []
-        for blk, mb in stage_queue(spec, chain, s, n, "1F1B+"):
-            q += [(x, mb) for x in before.get(blk, [])] + [(blk, mb)] + [(x, mb) for x in after.get(blk, [])]
-        queues[st.device] = q
-    return play_queues(spec, queues)
-
-
-def gpipe_plus_orders(spec: Spec, n: int) -> list[list[Key]]:
-    """GPipe on 1F1B+'s chain: each stage runs all forwards of a wave, then all its backwards,
-    with the multi-device blocks pinned into the chain as 1F1B+ pins them; waves of as many
-    micro-batches as M holds (the widest whose schedule fits, as `gpipe_orders`).
-
-    Plain GPipe orders every device's blocks by (phase, micro-batch), so an all-device block
-    after a stage (E2 after F7 in specs/nnshape.tsl) comes before the next micro-batch's first
-    all-device block on every device, and the forwards run one micro-batch at a time (448 ms a
-    micro-batch on bench/specs/real/nnshape16.tsl). Pinned, they follow their stage instead."""
-    from tessel_dsl.schedule import Schedule
-    from tessel_dsl.search.compact import compact
-
-    held = resident_memory(spec)
-    widest = min([n] + [spec.capacity(d) // h for d, h in enumerate(held) if h > 0])
-    for wave in range(max(widest, 1), 0, -1):
-        waves = [range(first, min(n, first + wave)) for first in range(0, n, wave)]
-        orders = _plus_orders(spec, n, lambda has_backward, _s: [
-            (p, mb) for mbs in waves for p in ("F", "B")[:1 + has_backward] for mb in mbs])
-        if Schedule(n, compact(spec, orders=orders)).fits_memory(spec):
-            return orders
-    raise InfeasibleError(f"GPipe+: not even one micro-batch at a time fits memory {capacity_in(spec)}")
-
-
-def _plus_orders(spec: Spec, n: int, phases) -> list[list[Key]]:
-    """Per-device orders of a stage-queue schedule on 1F1B+'s chain, played out: `phases(has
-    backward, stage index)` gives each stage's queue as ("F" | "B", micro-batch), and the
-    multi-device blocks are pinned into it as in 1F1B+ (single-device stages, else
-    tensor-parallel ones with the shared blocks spanning several stages)."""
-    try:
-        chain = find_chain(spec, who="GPipe+", allow_shared=True)
-        stages = tuple(GroupStage((st.device,), (st.forward,), (st.backward,) if st.backward else ())
-                       for st in chain.stages)
-        shared = chain.shared
-    except NotApplicable:
-        stages, shared = find_shared_stages(spec, who="GPipe+")
-    before, after = _pins(spec, shared, [x for st in stages for x in st.forward],
-                          [x for st in reversed(stages) for x in st.backward])
-    queues: list[list[Key]] = [[] for _ in range(spec.devices)]
-    for s, st in enumerate(stages):
-        q: list[Key] = []
-        for phase, mb in phases(bool(st.backward), s):
-            for blk in (st.forward if phase == "F" else st.backward):
-                q += [(x, mb) for x in before.get(blk, [])] + [(blk, mb)] + [(x, mb) for x in after.get(blk, [])]
-        queues[min(st.devices)] = q
-    return play_queues(spec, queues)
-
-
-def _group_plus_orders(spec: Spec, n: int) -> list[list[Key]]:
-    """1F1B+ where a stage is a tensor-parallel group (or several blocks on one device) and the
-    shared blocks span several stages (`chain.find_shared_stages`): the Megatron layout of
-    tensor-parallel stages with a vocabulary-parallel embedding and head over every device.
-
-    Each stage's 1F1B queue (`_stage_phases`, as plain 1F1B) goes to the first device of its
-    group; `play_queues` runs a multi-device block once all its devices are free, so the group's
-    other devices follow it. Shared blocks are pinned as in 1F1B+ on single devices."""
-    stages, shared = find_shared_stages(spec, who="1F1B+")
-    before, after = _pins(spec, shared, [x for st in stages for x in st.forward],
-                          [x for st in reversed(stages) for x in st.backward])
-    queues: list[list[Key]] = [[] for _ in range(spec.devices)]
-    for st, phases in zip(stages, _stage_phases(spec, stages, n, "1F1B+")):
-        q: list[Key] = []
-        for phase, mb in phases:
-            for blk in (st.forward if phase == "F" else st.backward):
-                q += [(x, mb) for x in before.get(blk, [])] + [(blk, mb)] + [(x, mb) for x in after.get(blk, [])]
-        queues[min(st.devices)] = q
-    return play_queues(spec, queues)
 
 
 def chimera_orders(spec: Spec, n: int) -> list[list[Key]]:
