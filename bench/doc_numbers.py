@@ -120,11 +120,15 @@ def parse_table(text: str) -> list[list[str]]:
 def cli_output(*argv: str) -> str:
     """What `tessel ARGV` prints, run in this process at a fixed width without colour."""
     from tessel_dsl.cli import main
+    from tessel_dsl.cli.app import console, err_console
 
     out = io.StringIO()
     env = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    # A console made earlier in this process keeps the width and colours it read then (a test run
+    # before this one in the same worker): make fresh ones, here and for whoever prints next.
+    console._console = err_console._console = None
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             try:
@@ -137,6 +141,7 @@ def cli_output(*argv: str) -> str:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        console._console = err_console._console = None
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
