@@ -9,6 +9,7 @@ inflight    memory-capped 1F1B with each stage's in-flight limit searched (a bes
 setwidth    memory-aware interleaved 1F1B with its micro-batch set size searched (a best plan in hand)
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
+memfill     a lower bound from a device that fills its memory before it may free any
 devrelax    a makespan bound from one memory-bound device alone, the rest of the pipeline as delays (CP-SAT)
 heldcuts    every block instance again with memory as holding cuts: a bound, and often a shorter or proven plan
 timescale   the search's time unit: block times over their common divisor, answers scaled back

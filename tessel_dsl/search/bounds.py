@@ -1,8 +1,8 @@
 """A lower bound on the makespan of N micro-batches, stated in every plan next to the makespan.
 
-The bound takes the larger of the time bounds below and the memory bound of `membound.py` (a
+The bound takes the larger of the time bounds below and the memory bounds of `membound.py` (a
 micro-batch holds memory on a device for at least a dependency chain, and the device holds only so
-many at once). Device ``d`` runs ``N * W_d`` of work (``W_d``
+many at once) and `memfill.py` (a device fills its memory before it may free any). Device ``d`` runs ``N * W_d`` of work (``W_d``
 its share of one micro-batch, multi-device blocks included); before its first block can start,
 at least the shortest dependency chain leading to one of its blocks has run (the *head*), and
 after its last block ends at least the shortest chain leaving one of its blocks must still run
@@ -108,13 +108,15 @@ def source_notes(spec: Spec, microbatches: int, stated: int, unit: int = 1) -> t
 
 def _makespan_bound(spec: Spec, microbatches: int) -> int:
     from tessel_dsl.search.membound import memory_makespan_bound
+    from tessel_dsl.search.memfill import fill_bound
 
     time = {b.name: b.time for b in spec.blocks}
     head, tail = chains(spec, time, edge_lags(spec))
     bound = max((head[n] + time[n] + tail[n] for n in time), default=0)
     # (the whole device is one of the sets `subset_bound` tries: head_d + N * W_d + tail_d)
     return max(bound, subset_bound(spec, microbatches, time, head, tail), idle_bound(spec, microbatches),
-               barrier_bound(spec, microbatches), memory_makespan_bound(spec, microbatches))
+               barrier_bound(spec, microbatches), memory_makespan_bound(spec, microbatches),
+               fill_bound(spec, microbatches))
 
 
 def barrier_bound(spec: Spec, microbatches: int) -> int:
