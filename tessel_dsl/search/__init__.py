@@ -7,6 +7,7 @@ finish      finishing for one N (baseline orders, end re-solve); re-extending a 
 incumbent   the best baseline first: the answer when it reaches the bound or no repetend can beat it
 inflight    memory-capped 1F1B with each stage's in-flight limit searched (a best plan in hand)
 setwidth    memory-aware interleaved 1F1B with its micro-batch set size searched (a best plan in hand)
+warmups     1F1B+ with each stage's warmup searched, between 1F1B+ and GPipe+ (a best plan in hand)
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
 memfill     a lower bound from a device that fills its memory before it may free any

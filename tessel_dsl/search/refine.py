@@ -92,6 +92,18 @@ def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = No
                 tuned = searched_interleaved(spec, n, span, clock=clock)
                 if tuned is not None:
                     found.append((tuned.makespan(spec), len(found), tuned, SET_NAME))
+        # 1F1B+ with its stages' warmups searched (`warmups.py`), when shorter than every other.
+        from tessel_dsl.search.warmups import NAME as WARM_NAME
+        from tessel_dsl.search.warmups import searched_warmups
+
+        shortest = min((span for span, _, _, _ in found), default=None)
+        # (only with multi-device blocks: on a plain chain 1F1B+ is 1F1B, whose in-flight depths
+        # `inflight.py` tunes where memory binds)
+        if (any(b.is_multi_device for b in spec.blocks) and any(name in ("1f1b+", "gpipe+") for _, _, _, name in found)
+                and shortest > makespan_bound(spec, n)):
+            tuned = searched_warmups(spec, n, shortest, clock=clock)
+            if tuned is not None:
+                found.append((tuned.makespan(spec), len(found), tuned, WARM_NAME))
         _BUILT[:] = [(spec, n, [(sched, name) for _, _, sched, name in sorted(found)],
                     clock is None or not clock.spent())]
     best = _BUILT[0][2][0] if _BUILT[0][2] else None

@@ -13,6 +13,7 @@ from tessel_dsl.search.notes import render
 from tessel_dsl.search.refine import best_baseline, refine_ends
 from tessel_dsl.search.repetend import repetend_problem
 from tessel_dsl.search.solvers import Objective, solve
+from tessel_dsl.search.warmups import NAME as WARM_NAME
 from tessel_dsl.validate import validate
 from tests.helpers import vshape
 from tests.paths import SPECS
@@ -75,9 +76,11 @@ def test_time_limit_never_returns_worse_than_the_baselines():
 def test_best_baseline_only_when_strictly_shorter_and_within_memory():
     spec = _spec("mshape", 4)
     plus = build(spec, "1f1b+", 8)
-    assert best_baseline(spec, 8, than=plus.makespan(spec)) is None
-    sched, name = best_baseline(spec, 8, than=plus.makespan(spec) + 1)
-    assert name == "1f1b+" and sched.makespan(spec) == plus.makespan(spec)
+    best, name = best_baseline(spec, 8, than=None)  # 1F1B+ with its warmups searched: shorter
+    assert name == WARM_NAME and best.makespan(spec) < plus.makespan(spec) and best.fits_memory(spec)
+    assert best_baseline(spec, 8, than=best.makespan(spec)) is None
+    sched, name = best_baseline(spec, 8, than=best.makespan(spec) + 1)
+    assert name == WARM_NAME and sched.makespan(spec) == best.makespan(spec)
     # K-shape has no chain, so no 1F1B applies; GPipe in waves applies to any placement.
     kspec = _spec("kshape", 4)
     sched, name = best_baseline(kspec, 8, than=10 ** 6)

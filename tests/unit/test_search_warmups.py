@@ -1,0 +1,68 @@
+"""1F1B+ with each stage's warmup searched (`search/warmups.py`): the stage queues it plays, the
+two baselines it spans (1F1B+ and GPipe+ as members of its family), valid schedules shorter than
+both on M- and NN-shapes, never below the stated bound, the same answer twice, and offered to the
+search as its best plan in hand."""
+from __future__ import annotations
+
+from tessel_dsl.lang.parser import parse_file
+from tessel_dsl.schedule import Schedule
+from tessel_dsl.search.baselines import build
+from tessel_dsl.search.baselines.pinned import pinned_orders
+from tessel_dsl.search.bounds import makespan_bound
+from tessel_dsl.search.compact import compact
+from tessel_dsl.search.refine import best_baseline
+from tessel_dsl.search.warmups import NAME, _queue, searched_warmups
+from tessel_dsl.validate import validate
+from tests.helpers import vshape
+from tests.paths import ROOT
+
+
+def test_a_stage_queue_by_hand():
+    assert _queue(2, 4, True) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("F", 3), ("B", 2), ("B", 3)]
+    assert _queue(4, 4, True) == [("F", 0), ("F", 1), ("F", 2), ("F", 3), ("B", 0), ("B", 1), ("B", 2), ("B", 3)]
+    assert _queue(2, 3, False) == [("F", 0), ("F", 1), ("F", 2)]
+
+
+def _played(spec, n, warm):
+    orders = pinned_orders(spec, "1F1B+", lambda stages: [_queue(warm(s, len(stages)), n, True)
+                                                        for s in range(len(stages))])
+    return Schedule(n, compact(spec, orders=orders))
+
+
+def test_its_family_holds_both_baselines():
+    # Warmups S - s are 1F1B+'s; all N are GPipe+'s where memory holds every micro-batch (60 GB
+    # hold all 32 here; GPipe+ would go in waves otherwise).
+    spec = parse_file(ROOT / "bench" / "specs" / "real" / "nnshape16.tsl")
+    plus, gpipe = build(spec, "1f1b+", 32), build(spec, "gpipe+", 32)
+    assert (plus.makespan(spec), gpipe.makespan(spec)) == (2307, 2091)
+    assert _played(spec, 32, lambda s, stages: stages - s).slots == plus.slots
+    assert _played(spec, 32, lambda s, stages: 32).slots == gpipe.slots
+
+
+def test_shorter_than_both_on_the_m_shape():
+    spec = parse_file(ROOT / "specs" / "mshape.tsl")
+    n = spec.microbatches
+    got = searched_warmups(spec, n, 132)
+    assert got is not None
+    validate(spec, got)  # dependencies, one block at a time, memory
+    assert makespan_bound(spec, n) <= got.makespan(spec) == 128 < 132
+    assert searched_warmups(spec, n, 132).slots == got.slots
+    assert searched_warmups(spec, n, 128) is None  # nothing strictly shorter than what is in hand
+    best, name = best_baseline(spec, n, than=None)
+    assert name == NAME and best.makespan(spec) == 128
+
+
+def test_shorter_than_both_on_the_nn_shape_over_16_devices():
+    spec = parse_file(ROOT / "bench" / "specs" / "real" / "nnshape16.tsl")
+    got = searched_warmups(spec, 32, 2091)
+    validate(spec, got)
+    assert makespan_bound(spec, 32) == 1955 <= got.makespan(spec) == 2005
+
+
+def test_nothing_where_it_does_not_apply():
+    # A chain without multi-device blocks at its time bound: 1F1B+ is 1F1B, nothing is shorter.
+    spec = vshape(devices=4, memory=4, fwd=1, bwd=2, microbatches=8)
+    assert searched_warmups(spec, 8, build(spec, "1f1b", 8).makespan(spec)) is None
+    # Two towers meeting in an all-device block: no chain to pin it into.
+    kshape = parse_file(ROOT / "specs" / "kshape.tsl")
+    assert searched_warmups(kshape, kshape.microbatches, 10**6) is None
