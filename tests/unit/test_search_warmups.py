@@ -10,6 +10,7 @@ from tessel_dsl.search.baselines import build
 from tessel_dsl.search.baselines.pinned import pinned_orders
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.compact import compact
+from tessel_dsl.search.finish import baseline_for
 from tessel_dsl.search.refine import best_baseline
 from tessel_dsl.search.warmups import NAME, _queue, searched_warmups
 from tessel_dsl.validate import validate
@@ -66,3 +67,16 @@ def test_nothing_where_it_does_not_apply():
     # Two towers meeting in an all-device block: no chain to pin it into.
     kshape = parse_file(ROOT / "specs" / "kshape.tsl")
     assert searched_warmups(kshape, kshape.microbatches, 10**6) is None
+
+
+def test_a_plan_naming_it_rebuilds_it_for_another_n():
+    # A plan that runs these warmups' order without a repetend re-extends by searching the
+    # warmups again for the new N (`finish.baseline_for`), never worse than GPipe+ there.
+    spec = parse_file(ROOT / "specs" / "mshape.tsl")
+    for n in (8, 12):
+        got, gpipe = baseline_for(spec, NAME, n), build(spec, "gpipe+", n)
+        validate(spec, got)
+        assert got.microbatches == n
+        tuned = searched_warmups(spec, n, gpipe.makespan(spec))
+        assert got.slots == (tuned or gpipe).slots
+    assert baseline_for(spec, NAME, 8).makespan(spec) == 64 < build(spec, "gpipe+", 8).makespan(spec) == 72
