@@ -43,17 +43,21 @@ def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str =
 
 
 def baseline_for(spec: Spec, name: str, microbatches: int) -> Schedule:
-    """The baseline a plan names, built for another N. The three the search tunes for its N
-    (`inflight.py`'s in-flight limits, `setwidth.py`'s set size, `warmups.py`'s warmups) are tuned
-    again for this N, and are their plain baseline where tuning finds nothing shorter (GPipe+ for
-    the warmups: it always fits memory, in waves): they have no fixed order to build by name."""
-    from tessel_dsl.search import inflight, setwidth, warmups
+    """The baseline a plan names, built for another N. The four the search tunes for its N
+    (`inflight.py`'s in-flight limits, `setwidth.py`'s set size, `warmups.py`'s warmups,
+    `zbdepth.py`'s depths) are tuned again for this N, and are their plain baseline where tuning
+    finds nothing shorter (GPipe+ for the warmups: it always fits memory, in waves): they have no
+    fixed order to build by name."""
+    from tessel_dsl.search import inflight, setwidth, warmups, zbdepth
     from tessel_dsl.search.baselines import build
 
-    plain = {inflight.NAME: "1f1b-capped", setwidth.NAME: "interleaved-1f1b", warmups.NAME: "gpipe+"}
+    plain = {inflight.NAME: "1f1b-capped", setwidth.NAME: "interleaved-1f1b", warmups.NAME: "gpipe+",
+             zbdepth.NAME: "zb-h1-capped"}
     built = build(spec, plain.get(name, name), microbatches)
     if name == warmups.NAME:
         return warmups.searched_warmups(spec, microbatches, built.makespan(spec)) or built
+    if name == zbdepth.NAME:
+        return zbdepth.searched_depths(spec, microbatches, built.makespan(spec)) or built
     if name == inflight.NAME:
         return inflight.searched_capped(spec, microbatches) or built
     if name == setwidth.NAME:

@@ -92,6 +92,15 @@ def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = No
                 tuned = searched_interleaved(spec, n, span, clock=clock)
                 if tuned is not None:
                     found.append((tuned.makespan(spec), len(found), tuned, SET_NAME))
+        # Memory-capped ZB-H1 with its stages' forward depths searched (`zbdepth.py`), when shorter.
+        from tessel_dsl.search.zbdepth import NAME as DEPTH_NAME
+        from tessel_dsl.search.zbdepth import searched_depths
+
+        for span, _, _, name in list(found):
+            if name == "zb-h1-capped" and span > makespan_bound(spec, n):
+                tuned = searched_depths(spec, n, span, clock=clock)
+                if tuned is not None:
+                    found.append((tuned.makespan(spec), len(found), tuned, DEPTH_NAME))
         # 1F1B+ with its stages' warmups searched (`warmups.py`), when shorter than every other.
         from tessel_dsl.search.warmups import NAME as WARM_NAME
         from tessel_dsl.search.warmups import searched_warmups

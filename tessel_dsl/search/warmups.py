@@ -20,6 +20,7 @@ the user gave (`clock`) ends it sooner, with the best warmups found by then.
 """
 from __future__ import annotations
 
+from tessel_dsl.analysis import resident_memory
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
@@ -47,10 +48,16 @@ def searched_warmups(spec: Spec, n: int, than: int, work: int = PLAY_WORK, clock
     def done() -> bool:
         return budget[0] <= 0 or (clock is not None and clock.skip("the 1F1B+ warmup search"))
 
+    held = resident_memory(spec)
+
+    def room(devices) -> int:
+        """How many micro-batches the stage's devices hold at once (its warmup's ceiling)."""
+        return min(spec.capacity(d) // held[d] if held[d] > 0 else n for d in devices)
+
     def phases(warm: list[int]):
         def queues(stages) -> list[list[tuple[str, int]]]:
             count[:] = [len(stages)]
-            return [_queue(min(max(warm[s] if s < len(warm) else 1, 1), n), n, bool(st.backward))
+            return [_queue(max(1, min(warm[s] if s < len(warm) else 1, n, room(st.devices))), n, bool(st.backward))
                     for s, st in enumerate(stages)]
         return queues
 
