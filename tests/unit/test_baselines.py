@@ -456,6 +456,48 @@ def test_gpipe_plus_runs_in_waves_that_fit_memory_and_is_gpipe_on_a_plain_chain(
     assert build(chain, "gpipe+").slots == build(chain, "gpipe").slots
 
 
+M_SHAPE_27B = """placement m8_27b
+resolution time 1ms
+resolution memory 10MB
+devices 8
+memory 80GB reserve 52GB
+microbatches 32
+mode train
+forward E on all time 1ms memory 0.05GB grad time 1ms
+for i in 0..6:
+    forward L{i} on i time 73ms memory 3.85GB grad time 146ms
+forward L7 on 7 time 49ms memory 2.57GB grad time 98ms
+forward H on all time 3ms memory 0.52GB grad time 6ms
+E -> chain(L{i} for i in 0..7) -> H
+derive backward
+"""
+
+
+def test_1f1b_plus_under_memory_plays_the_capped_order_on_a_clock():
+    # An M-shape of 8 stages (a 27B model's layers, its embedding E and head H over every device)
+    # whose devices hold 6 micro-batches (4.42 GB each in 28 GB) where 1F1B keeps 8 on the first.
+    # 1F1B's fixed alternation with the warmup cut to 6, 6, 6, 5, ... waits on every stage:
+    # 20283 ms. Played on a clock as memory-capped 1F1B does (a forward whenever fewer than the
+    # cap are held, else the next backward once ready): 13959 ms, within memory.
+    from tessel_dsl.lang.parser import parse
+    from tessel_dsl.schedule import Schedule
+    from tessel_dsl.search.baselines.classic import stage_phases
+    from tessel_dsl.search.baselines.pinned import pinned_orders
+    from tessel_dsl.search.compact import compact
+
+    spec = parse(M_SHAPE_27B)
+    plus = build(spec, "1f1b+")
+    validate(spec, plus)
+    fixed = Schedule(32, compact(spec, orders=pinned_orders(spec, "1F1B+",
+                                                            lambda st: stage_phases(spec, st, 32, "1F1B+"))))
+    assert fixed.fits_memory(spec) and max(plus.peak_memory(spec)) <= spec.capacity(0)
+    assert plus.makespan(spec) == 13959 < fixed.makespan(spec) == 20283
+    # With room for 1F1B's own warmup the order is the fixed one.
+    roomy = parse(M_SHAPE_27B.replace("reserve 52GB", "reserve 40GB"))
+    fixed = compact(roomy, orders=pinned_orders(roomy, "1F1B+", lambda st: stage_phases(roomy, st, 32, "1F1B+")))
+    assert build(roomy, "1f1b+").slots == tuple(fixed)
+
+
 def test_interleaved_1f1b_is_megatrons_order_and_reaches_the_bound_with_memory():
     # D=4, 2 chunks, enough memory: device 0 starts with (4-0-1)*2 + (2-1)*4 = 10 forwards, the
     # first four chunk-0 forwards of micro-batches 0..3, then their chunk-1 forwards.
