@@ -40,3 +40,18 @@ class Clock:
     def elapsed(self) -> float:
         """CPU seconds of this process since the search began (solver threads included)."""
         return time.process_time() - self.cpu0
+
+
+class PlayBudget:
+    """The budget of a descent that plays schedules out (`inflight.py`, `zbdepth.py`,
+    `warmups.py`): a count of block instances laid out, so the answer does not depend on the
+    machine, and the user's wall-clock limit (`clock`, optional), which leaves out `step`."""
+
+    def __init__(self, work: int, clock: Clock | None, step: str):
+        self.left, self.clock, self.step = work, clock, step
+
+    def spend(self, instances: int) -> None:
+        self.left -= instances
+
+    def done(self) -> bool:
+        return self.left <= 0 or (self.clock is not None and self.clock.skip(self.step))

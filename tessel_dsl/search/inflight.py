@@ -20,7 +20,7 @@ from __future__ import annotations
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
-from tessel_dsl.search.clock import Clock
+from tessel_dsl.search.clock import Clock, PlayBudget
 
 PLAY_WORK = 300_000  # block instances laid out over all trials (about 3 s of CPU at 16 stages, N=32)
 NAME = "1f1b-capped (in-flight limits searched)"
@@ -43,13 +43,11 @@ def searched_capped(spec: Spec, n: int, work: int = PLAY_WORK, clock: Clock | No
     except TesselError:
         return None
     cost = n * len(spec.blocks)
-    budget = [work]
-
-    def done() -> bool:
-        return budget[0] <= 0 or (clock is not None and clock.skip("the in-flight limit descent"))
+    budget = PlayBudget(work, clock, "the in-flight limit descent")
+    done = budget.done
 
     def play(caps: list[int]) -> Schedule | None:
-        budget[0] -= cost
+        budget.spend(cost)
         orders: list[list[tuple[str, int]]] = [[] for _ in range(spec.devices)]
         try:
             rows = _play(spec, stages, n, caps)
@@ -65,15 +63,23 @@ def searched_capped(spec: Spec, n: int, work: int = PLAY_WORK, clock: Clock | No
     first = play(limits)
     if first is None:
         return None  # the baseline had to lower every limit to fit: not this descent's case
-    best, span, changed = first, first.makespan(spec), True
+    return lower_each(spec, limits, play, first.makespan(spec), done)
+
+
+def lower_each(spec: Spec, values: list[int], play, span: int, done) -> Schedule | None:
+    """The module text's descent: stage after stage, each lower value (down to 1) played out and
+    kept when its schedule is strictly shorter than `span`, sweeps until one changes nothing or
+    `done()`; the shortest schedule found, or None. `play(values)`: a valid schedule or None.
+    (`zbdepth.py` runs the same descent over forward depths.)"""
+    best, changed = None, True
     while changed and not done():
         changed = False
-        for i in range(len(limits)):
-            for v in range(limits[i] - 1, 0, -1):
+        for i in range(len(values)):
+            for v in range(values[i] - 1, 0, -1):
                 if done():
                     break
-                trial = limits[:i] + [v] + limits[i + 1:]
+                trial = values[:i] + [v] + values[i + 1:]
                 got = play(trial)
                 if got is not None and got.makespan(spec) < span:
-                    best, span, limits, changed = got, got.makespan(spec), trial, True
-    return best if best is not first else None
+                    best, span, values, changed = got, got.makespan(spec), trial, True
+    return best

@@ -24,7 +24,7 @@ from tessel_dsl.analysis import resident_memory
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
-from tessel_dsl.search.clock import Clock
+from tessel_dsl.search.clock import Clock, PlayBudget
 
 PLAY_WORK = 300_000  # block instances laid out over all trials (about 4 s of CPU at 16 stages, N=32)
 NAME = "1f1b+ (warmups searched)"
@@ -42,11 +42,9 @@ def searched_warmups(spec: Spec, n: int, than: int, work: int = PLAY_WORK, clock
     if not any(b.kind.is_backward for b in spec.blocks):
         return None  # inference: every stage runs its forwards in order, as GPipe+ does
     cost = n * len(spec.blocks)
-    budget = [work]
+    budget = PlayBudget(work, clock, "the 1F1B+ warmup search")
+    done = budget.done
     count: list[int] = []  # the chain's stage count, learnt from the first play
-
-    def done() -> bool:
-        return budget[0] <= 0 or (clock is not None and clock.skip("the 1F1B+ warmup search"))
 
     held = resident_memory(spec)
 
@@ -62,7 +60,7 @@ def searched_warmups(spec: Spec, n: int, than: int, work: int = PLAY_WORK, clock
         return queues
 
     def play(warm: list[int]) -> Schedule | None:
-        budget[0] -= cost
+        budget.spend(cost)
         try:
             orders = pinned_orders(spec, "1F1B+", phases(warm))
         except TesselError:

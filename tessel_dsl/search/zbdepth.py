@@ -20,7 +20,8 @@ from __future__ import annotations
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
-from tessel_dsl.search.clock import Clock
+from tessel_dsl.search.clock import Clock, PlayBudget
+from tessel_dsl.search.inflight import lower_each
 
 PLAY_WORK = 300_000  # block instances laid out over all trials (about 3 s of CPU at 16 stages, N=32)
 NAME = "zb-h1-capped (depths searched)"
@@ -42,13 +43,11 @@ def searched_depths(spec: Spec, n: int, than: int, work: int = PLAY_WORK, clock:
         return None
     count, hold = units.count, units.hold
     cost = n * len(spec.blocks)
-    budget = [work]
-
-    def done() -> bool:
-        return budget[0] <= 0 or (clock is not None and clock.skip("the zero-bubble depth descent"))
+    budget = PlayBudget(work, clock, "the zero-bubble depth descent")
+    done = budget.done
 
     def play(depth: list[int]) -> Schedule | None:
-        budget[0] -= cost
+        budget.spend(cost)
         try:
             rows, _ = _play(units, n, "defer", depth, hold)
             sched = Schedule(n, compact(spec, orders=_orders(spec, stages, rows)), name=NAME)
@@ -57,15 +56,4 @@ def searched_depths(spec: Spec, n: int, than: int, work: int = PLAY_WORK, clock:
         return sched if sched.fits_memory(spec) else None
 
     depth = [min(count - k, hold[k]) for k in range(count)]  # the baseline's own
-    best, span, changed = None, than, True
-    while changed and not done():
-        changed = False
-        for k in range(count):
-            for v in range(depth[k] - 1, 0, -1):
-                if done():
-                    break
-                trial = depth[:k] + [v] + depth[k + 1:]
-                got = play(trial)
-                if got is not None and got.makespan(spec) < span:
-                    best, span, depth, changed = got, got.makespan(spec), trial, True
-    return best
+    return lower_each(spec, depth, play, than, done)
