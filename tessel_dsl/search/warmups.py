@@ -13,8 +13,9 @@ makespan bound is 1955).
 The search first plays the family ``w_s = a + m (S - 1 - s)`` (``a`` from 1 to N, ``m`` 0, 1 or
 2; 1F1B+ is ``a = 1, m = 1``, GPipe+ without waves ``a = N``), then descends stage by stage
 (each warmup moved by 1, 2 or 4 either way, kept when the makespan is strictly shorter) until a
-sweep changes nothing. Every play is compacted and checked against memory; a warmup order that
-deadlocks or overflows is dropped. Its budget is a count of block instances laid out
+sweep changes nothing. A stage's warmup is never deeper than the micro-batches its memory holds;
+every play is compacted and checked against memory, and a warmup order that deadlocks or
+overflows is dropped. Its budget is a count of block instances laid out
 (`PLAY_WORK`), so the answer does not depend on the machine or its load; only a wall-clock limit
 the user gave (`clock`) ends it sooner, with the best warmups found by then.
 """
