@@ -43,26 +43,11 @@ def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str =
 
 
 def baseline_for(spec: Spec, name: str, microbatches: int) -> Schedule:
-    """The baseline a plan names, built for another N. The four the search tunes for its N
-    (`inflight.py`'s in-flight limits, `setwidth.py`'s set size, `warmups.py`'s warmups,
-    `zbdepth.py`'s depths) are tuned again for this N, and are their plain baseline where tuning
-    finds nothing shorter (GPipe+ for the warmups: it always fits memory, in waves): they have no
-    fixed order to build by name."""
-    from tessel_dsl.search import inflight, setwidth, warmups, zbdepth
-    from tessel_dsl.search.baselines import build
+    """The baseline a plan names, built for another N; one the search tuned for its N is tuned
+    again for this one (`tuned.rebuild`)."""
+    from tessel_dsl.search.tuned import rebuild
 
-    plain = {inflight.NAME: "1f1b-capped", setwidth.NAME: "interleaved-1f1b", warmups.NAME: "gpipe+",
-             zbdepth.NAME: "zb-h1-capped"}
-    built = build(spec, plain.get(name, name), microbatches)
-    if name == warmups.NAME:
-        return warmups.searched_warmups(spec, microbatches, built.makespan(spec)) or built
-    if name == zbdepth.NAME:
-        return zbdepth.searched_depths(spec, microbatches, built.makespan(spec)) or built
-    if name == inflight.NAME:
-        return inflight.searched_capped(spec, microbatches) or built
-    if name == setwidth.NAME:
-        return setwidth.searched_interleaved(spec, microbatches, built.makespan(spec)) or built
-    return built
+    return rebuild(spec, name, microbatches)
 
 
 def finish(spec: Spec, sched: Schedule, *, solver: str, clock: Clock,

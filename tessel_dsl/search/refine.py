@@ -71,48 +71,10 @@ def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = No
                 continue  # not applicable to this placement (or not for this memory)
             if sched.fits_memory(spec):
                 found.append((sched.makespan(spec), len(found), sched, name))
-        # Memory-capped 1F1B with searched in-flight limits (`inflight.py`), when shorter.
-        from tessel_dsl.search.inflight import NAME, searched_capped
+        # The baselines the search tunes for this N (`tuned.py`), when shorter.
+        from tessel_dsl.search.tuned import add_tuned
 
-        if any(name == "1f1b-capped" for _, _, _, name in found):
-            tuned = searched_capped(spec, n, clock=clock)
-            if tuned is not None:
-                found.append((tuned.makespan(spec), len(found), tuned, NAME))
-        # Memory-aware interleaved 1F1B with its set size searched (`setwidth.py`), when shorter.
-        from tessel_dsl.search.bounds import makespan_bound
-        from tessel_dsl.search.setwidth import NAME as SET_NAME
-        from tessel_dsl.search.setwidth import searched_interleaved
-
-        for span, _, _, name in list(found):
-            # Only above the bound (else nothing is shorter), and only where the schedule is too
-            # large for the end re-solve, which on smaller ones finds more than a set size would
-            # (interleaved D=4, N=16: 142 from the extended repetend, 147 from the best set size).
-            large = n * len(spec.blocks) > REFINE_MAX_TASKS
-            if name == "interleaved-1f1b" and large and span > makespan_bound(spec, n):
-                tuned = searched_interleaved(spec, n, span, clock=clock)
-                if tuned is not None:
-                    found.append((tuned.makespan(spec), len(found), tuned, SET_NAME))
-        # Memory-capped ZB-H1 with its stages' forward depths searched (`zbdepth.py`), when shorter.
-        from tessel_dsl.search.zbdepth import NAME as DEPTH_NAME
-        from tessel_dsl.search.zbdepth import searched_depths
-
-        for span, _, _, name in list(found):
-            if name == "zb-h1-capped" and span > makespan_bound(spec, n):
-                tuned = searched_depths(spec, n, span, clock=clock)
-                if tuned is not None:
-                    found.append((tuned.makespan(spec), len(found), tuned, DEPTH_NAME))
-        # 1F1B+ with its stages' warmups searched (`warmups.py`), when shorter than every other.
-        from tessel_dsl.search.warmups import NAME as WARM_NAME
-        from tessel_dsl.search.warmups import searched_warmups
-
-        shortest = min((span for span, _, _, _ in found), default=None)
-        # (only with multi-device blocks: on a plain chain 1F1B+ is 1F1B, whose in-flight depths
-        # `inflight.py` tunes where memory binds)
-        if (any(b.is_multi_device for b in spec.blocks) and any(name in ("1f1b+", "gpipe+") for _, _, _, name in found)
-                and shortest > makespan_bound(spec, n)):
-            tuned = searched_warmups(spec, n, shortest, clock=clock)
-            if tuned is not None:
-                found.append((tuned.makespan(spec), len(found), tuned, WARM_NAME))
+        add_tuned(spec, n, found, large=n * len(spec.blocks) > REFINE_MAX_TASKS, clock=clock)
         _BUILT[:] = [(spec, n, [(sched, name) for _, _, sched, name in sorted(found)],
                     clock is None or not clock.spent())]
     best = _BUILT[0][2][0] if _BUILT[0][2] else None
