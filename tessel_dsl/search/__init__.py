@@ -13,6 +13,7 @@ tuned       the baselines the search tunes for its N: which run, and rebuilt for
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
 memfill     a lower bound from a device that fills its memory before it may free any
+barriers    the spec with its all-device blocks taking no time, under which the bounds also hold
 devrelax    a makespan bound from one memory-bound device alone, the rest of the pipeline as delays (CP-SAT)
 heldcuts    every block instance again with memory as holding cuts: a bound, and often a shorter or proven plan
 timescale   the search's time unit: block times over their common divisor, answers scaled back

@@ -51,7 +51,8 @@ makespan. With few micro-batches this is the sharper one on the M- and NN-shapes
 bench/specs/real/nnshape16.tsl (16 devices, four all-device blocks a micro-batch, 16 ms in all)
 it gives 489, 571, 653 and 735 for N = 2, 4, 6 and 8 where the others give 481, 547, 613 and
 683; the time-optimal solve proves 489 and 571, and finds 653 and 748 (the search's plans too);
-from N = 16 on both give the same there.
+from N = 16 on both give the same there. `barriers.py` states the cut on its own; `membound.py`
+puts its memory bounds on the cut spec too.
 """
 from __future__ import annotations
 
@@ -121,15 +122,17 @@ def _makespan_bound(spec: Spec, microbatches: int) -> int:
 
 def barrier_bound(spec: Spec, microbatches: int) -> int:
     """``N * W_all`` plus the chain and per-device bounds with the all-device blocks taking no
-    time and no lags (module text); 0 without such blocks."""
-    everyone = set(range(spec.devices))
-    alone = {b.name for b in spec.blocks if everyone <= set(b.devices)}
-    if not alone or spec.devices < 2:
+    time and no lags (module text, `barriers.py`); 0 without such blocks."""
+    from tessel_dsl.search.barriers import without_barriers
+
+    cut = without_barriers(spec)
+    if cut is None:
         return 0
-    time = {b.name: 0 if b.name in alone else b.time for b in spec.blocks}
-    head, tail = chains(spec, time)
-    rest = max(max(head[n] + time[n] + tail[n] for n in time), subset_bound(spec, microbatches, time, head, tail))
-    return microbatches * sum(spec.block(n).time for n in alone) + rest
+    reduced, wall = cut
+    time = {b.name: b.time for b in reduced.blocks}
+    head, tail = chains(reduced, time)
+    rest = max(max(head[n] + time[n] + tail[n] for n in time), subset_bound(reduced, microbatches, time, head, tail))
+    return microbatches * wall + rest
 
 
 def subset_bound(spec: Spec, microbatches: int, time: dict[str, int], head: dict[str, int],
