@@ -19,7 +19,8 @@ its holding, for every other micro-batch's all-device blocks that run then, and 
 count of the reduced spec charges the holding only for its own path's other blocks while the
 all-device time comes on top, once per micro-batch. On bench/specs/real/tpmshape16.tsl with
 `--set MEM=16` (N = 32) the makespan bound goes from 2834 to 3082 ms; on nnshape8 and nnshape16
-with `MEM=24`, 3102 -> 3152 and 1955 -> 2005.
+with `MEM=24`, 3102 -> 3152 and 1955 -> 2005 (the makespan bound column of `python
+bench/search_real.py --only tpmshape16:MEM=16 nnshape8:MEM=24 nnshape16:MEM=24`).
 """
 from __future__ import annotations
 
