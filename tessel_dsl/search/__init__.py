@@ -9,6 +9,7 @@ inflight    memory-capped 1F1B with each stage's in-flight limit searched (a bes
 setwidth    memory-aware interleaved 1F1B with its micro-batch set size searched (a best plan in hand)
 warmups     1F1B+ with each stage's warmup searched, between 1F1B+ and GPipe+ (a best plan in hand)
 zbdepth     memory-capped ZB-H1 with each stage's forward depth searched (a best plan in hand)
+windows     the schedule re-solved a window of time at a time, the rest held (shorter plans where memory binds)
 tuned       the baselines the search tunes for its N: which run, and rebuilt for another N
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)

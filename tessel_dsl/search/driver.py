@@ -47,6 +47,7 @@ from tessel_dsl.search.repetend import (
 from tessel_dsl.search.result import Progress, SearchResult
 from tessel_dsl.search.solvers import Objective, resolve, solve
 from tessel_dsl.search.timescale import divide_spec, scale_schedule, time_unit
+from tessel_dsl.search.windows import adopt_windows
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
 
@@ -136,6 +137,7 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counter
 
 
 HELD_CUTS_STEP = "the whole schedule with memory as holding cuts"
+WINDOWS_STEP = "the schedule re-solved a window of time at a time"
 COMPLETION_EFFORT = 2.0  # deterministic solver budget of each optimising warmup / cooldown solve
 
 
@@ -176,6 +178,8 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     bound = makespan_bound(base, n, above=span)
     if span > bound and not clock.skip(HELD_CUTS_STEP):
         result = adopt(base, n, result, bound, time_limit=clock.left(), effort=CUT_EFFORT + effort)
+    if result.schedule.makespan(base) > result.info.makespan_bound and not clock.skip(WINDOWS_STEP):
+        result = adopt_windows(base, result, solver=solver, clock=clock)  # (`windows.py`)
     if effort > 0:
         from tessel_dsl.search.refine import polish
 

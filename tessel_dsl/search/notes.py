@@ -67,6 +67,9 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "held-cuts": lambda v: (
         f"re-solving the whole schedule for N={v['n']} with memory as holding cuts shortened the makespan "
         f"from {v['before']} to {v['after']}" + (", proven shortest" if v["optimal"] else "")),
+    "windows": lambda v: (
+        f"re-solving the schedule for N={v['n']} a window of time at a time shortened the makespan "
+        f"from {v['before']} to {v['after']}"),
     "held-cuts-proof": lambda v: (
         f"the whole schedule for N={v['n']} with memory as holding cuts proved that no schedule is shorter"),
     "polished-lean": lambda v: (

@@ -30,8 +30,13 @@ def _chain_v(n: int = 6):
 def _with_and_without_polish(monkeypatch, spec, effort: float):
     """(the search's result without effort, with it): the search without effort is the search
     with effort up to the polish, which it hands the result it would return (deterministic), so
-    it is taken there and the spec is not searched twice."""
+    it is taken there and the spec is not searched twice. The windows before it (`windows.py`)
+    are left out, so that what the polish does is what is measured."""
+    import importlib
+
     from tessel_dsl.search import refine
+
+    monkeypatch.setattr(importlib.import_module("tessel_dsl.search.windows"), "WINDOW_MAX_TASKS", 0)
 
     handed = []
     original = refine.polish

@@ -101,7 +101,8 @@ def test_an_expired_limit_skips_the_descent_and_the_k_copy_search(monkeypatch):
     said = {x.kind: x.values for x in result.info.notes}
     assert said["time-limit-skipped"]["steps"] == ["the in-flight limit descent",
                                                    "the whole schedule with memory as holding cuts",
-                                                   "the search for k-copy repetends"]
+                                                   "the search for k-copy repetends",
+                                                   "the schedule re-solved a window of time at a time"]
     assert "the time limit (0 s) ran out, so the search left out the in-flight limit descent" in render(
         result.info.notes)
 
