@@ -29,7 +29,8 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule, Slot
 
 WINDOW_EFFORT = 1.0  # deterministic solver budget of each window's solve
-WINDOW_SHARE = 5  # a window is 1 / WINDOW_SHARE of the makespan; windows start every half of that
+WINDOW_SHARE = 5  # a window is 1 / WINDOW_SHARE of the makespan wide ...
+WINDOW_STEP_SHARE = 10  # ... and one starts every 1 / WINDOW_STEP_SHARE of it
 WINDOW_MAX_TASKS = 2500  # block instances: above this one window's model costs more than it wins
 
 
@@ -74,7 +75,7 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
             validate(spec, found)
             if found.makespan(spec) < span:
                 best, span, start = found, found.makespan(spec), _in_order(spec, found)
-        t0 += max(1, span // (2 * WINDOW_SHARE))
+        t0 += max(1, span // WINDOW_STEP_SHARE)
     return best
 
 
