@@ -88,7 +88,7 @@ def _without_cut(spec, n: int, monkeypatch) -> int:
 
 # Seeds where the cut memory bound is above every other one and TO solves quickly (on about half
 # of the first 200 seeds it is the sharpest bound, often at TO's proven optimum).
-@pytest.mark.parametrize("seed", [135, 146, 151, 153, 133, 142])
+@pytest.mark.parametrize("seed", [146, 151, 153, 133, 142])
 def test_never_above_the_time_optimum(seed, monkeypatch):
     spec, n = _mshape(seed)
     got = bounds._makespan_bound(spec, n)
