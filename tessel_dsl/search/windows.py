@@ -31,7 +31,7 @@ from dataclasses import replace
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule, Slot
 
-WINDOW_EFFORT = 0.3  # deterministic solver budget of each window's solve
+WINDOW_EFFORT = 1.0  # deterministic solver budget of each window's solve
 WINDOW_SHARE = 5  # a window is 1 / WINDOW_SHARE of the makespan wide ...
 WINDOW_STEP_SHARE = 10  # ... and one starts every 1 / WINDOW_STEP_SHARE of it
 WINDOW_MAX_TASKS = 2500  # block instances: above this one window's model costs more than it wins
