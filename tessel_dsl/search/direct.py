@@ -71,10 +71,9 @@ def direct(spec: Spec, n: int, solver: str, time_limit: float | None,
     if hint is not None:
         # Each block's copies relabelled in start order, as the model requires (the relabelling
         # that makes that rule safe keeps the hint valid).
-        start: dict[tuple[str, int], int] = {}
-        for b in spec.blocks:
-            times = sorted(s.start for s in hint if s.block == b.name)
-            start.update(((b.name, mb), t) for mb, t in enumerate(times))
+        from tessel_dsl.search.optimal import starts_in_order
+
+        start = starts_in_order(spec, hint)
         hints = tuple(start[k] for k in keys)
     problem = Problem(tasks, tuple(prec), spec.devices, capacity=spec.capacities, hints=hints)
     sol = solve(problem, Objective.MAKESPAN, time_limit, solver=solver,

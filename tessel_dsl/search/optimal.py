@@ -50,6 +50,17 @@ class OptimalResult:
     info: SearchInfo
 
 
+def starts_in_order(spec: Spec, slots) -> dict[tuple[str, int], int]:
+    """(block, micro-batch) -> start with each block's instances relabelled in order of start:
+    still a valid schedule (the module text says why), and one the micro-batch order rule of
+    the models here admits."""
+    start: dict[tuple[str, int], int] = {}
+    for b in spec.blocks:
+        times = sorted(s.start for s in slots if s.block == b.name)
+        start.update(((b.name, mb), t) for mb, t in enumerate(times))
+    return start
+
+
 def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto",
             time_limit: float | None = None, effort: float | None = TO_EFFORT, hint: Schedule | None = None,
             workers: int | None = None) -> OptimalResult:
@@ -85,10 +96,7 @@ def optimal(spec: Spec, microbatches: int | None = None, *, solver: str = "auto"
             raise TesselError(f"TO hint has {hint.microbatches} micro-batches, expected {n}")
         # Relabel the hint so that each block's copies run in micro-batch order, as the model
         # requires (the same relabelling that makes that constraint safe keeps the hint valid).
-        start: dict[tuple[str, int], int] = {}
-        for b in spec.blocks:
-            times = sorted(s.start for s in hint.slots if s.block == b.name)
-            start.update(((b.name, mb), t) for mb, t in enumerate(times))
+        start = starts_in_order(spec, hint.slots)
         hints = tuple(start[k] for k in keys)
         horizon = hint.makespan(spec)
     problem = Problem(tasks, tuple(prec), spec.devices, spec.capacities, horizon=horizon, hints=hints)

@@ -45,6 +45,7 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
     from tessel_dsl.analysis import resident_memory
     from tessel_dsl.search.compact import compact
     from tessel_dsl.search.lags import lag
+    from tessel_dsl.search.optimal import starts_in_order
     from tessel_dsl.search.solvers import Precedence, Problem, Task, microbatch_order, solve
     from tessel_dsl.validate import validate
 
@@ -57,7 +58,7 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
     index = {k: i for i, k in enumerate(keys)}
     base = [Precedence(index[(e.src, mb)], index[(e.dst, mb)], lag(spec, e.src, e.dst))
             for mb in range(n) for e in spec.edges] + microbatch_order(index)
-    start = _in_order(spec, schedule)
+    start = starts_in_order(spec, schedule.slots)
     span = schedule.makespan(spec)
     best = None
     t0 = 0
@@ -80,19 +81,9 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
             found = replace(schedule, slots=tuple(slots), repetend_start=None)
             validate(spec, found)
             if found.makespan(spec) < span:
-                best, span, start = found, found.makespan(spec), _in_order(spec, found)
+                best, span, start = found, found.makespan(spec), starts_in_order(spec, found.slots)
         t0 += max(1, span // WINDOW_STEP_SHARE)
     return best
-
-
-def _in_order(spec: Spec, schedule: Schedule) -> dict[tuple[str, int], int]:
-    """(block, micro-batch) -> start, each block's instances relabelled in order of start (valid
-    again: `optimal.py` says why)."""
-    start: dict[tuple[str, int], int] = {}
-    for b in spec.blocks:
-        times = sorted(s.start for s in schedule.slots if s.block == b.name)
-        start.update(((b.name, mb), t) for mb, t in enumerate(times))
-    return start
 
 
 def adopt_windows(spec: Spec, result, *, solver: str, clock):
