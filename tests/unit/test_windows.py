@@ -3,6 +3,8 @@ the time-optimal solve (TO, an independent exact model), the same every run; and
 search where its plan is above the bound."""
 from __future__ import annotations
 
+import importlib
+
 from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.search.baselines import build
 from tessel_dsl.search.driver import search
@@ -45,3 +47,31 @@ def test_the_search_takes_a_shorter_schedule():
     assert said and said[0].values["before"] == 876 and said[0].values["after"] == 828
     assert result.schedule.makespan(spec) == 828
     validate(spec, result.schedule)
+
+
+def test_windows_with_too_many_movable_instances_are_skipped(monkeypatch):
+    # Each solve sees at most WINDOW_MAX_FREE (instance, device) pairs that may move; the sweep
+    # asks fewer solves than without the cap, and what it returns is still valid.
+    solvers = importlib.import_module("tessel_dsl.search.solvers")
+    windows = importlib.import_module("tessel_dsl.search.windows")
+
+    spec = _memchain(4)
+    start = build(spec, "gpipe", 8)
+    seen: list[int] = []
+    real = solvers.solve
+
+    def counting(problem, *args, **kwargs):
+        seen.append(sum(len(t.devices) for t in problem.tasks if t.fixed is None))
+        return real(problem, *args, **kwargs)
+
+    monkeypatch.setattr(solvers, "solve", counting)
+    shorten_by_windows(spec, start, solver="cpsat")
+    uncapped = list(seen)
+    assert max(uncapped) > 40
+    seen.clear()
+    monkeypatch.setattr(windows, "WINDOW_MAX_FREE", 40)
+    got = shorten_by_windows(spec, start, solver="cpsat")
+    assert seen and max(seen) <= 40 and len(seen) < len(uncapped)
+    if got is not None:
+        validate(spec, got)
+        assert got.makespan(spec) < start.makespan(spec)
