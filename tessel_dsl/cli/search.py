@@ -193,7 +193,8 @@ def search(
     effort: float = typer.Option(0.0, "--effort", min=0.0, metavar="E",
                                  help="Spend E more units of deterministic solver budget (about seconds of one "
                                       "core) re-solving the whole schedule for this N, warm-started from the one "
-                                      "found, and E more on the model with memory as holding cuts; kept only when shorter (default 0: the search alone). Any E above 0 "
+                                      "found, E more on the model with memory as holding cuts, and 1 + E a window where memory binds "
+                                      "(a second sweep of windows); kept only when shorter (default 0: the search alone). Any E above 0 "
                                       "also tries repetends of two micro-batches on chains with an embedding or "
                                       "head beside a stage, split backward or blocks on every device (tens of "
                                       "seconds of CPU at 8 devices)."),

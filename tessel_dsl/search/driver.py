@@ -149,8 +149,9 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     `solver` is ``auto``, ``cpsat`` or ``z3``; `method` is ``auto``, ``enumerate`` or ``modulo``;
     with `time_limit` (seconds) the best valid schedule found so far is returned and
     ``info.proven`` is False, with ``info.notes`` saying why. A positive `effort` then spends
-    that much more deterministic solver budget on re-solving the whole schedule for this N,
-    warm-started from the one found (`refine.polish`).
+    more deterministic solver budget: on the whole schedule with memory as holding cuts, on a
+    second sweep of windows (`windows.adopt_windows`), and on re-solving the whole schedule for
+    this N warm-started from the one found (`refine.polish`).
     """
     n = spec.microbatches if microbatches is None else microbatches
     _check_inputs(spec, n, method)
@@ -179,7 +180,7 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     if span > bound and not clock.skip(HELD_CUTS_STEP):
         result = adopt(base, n, result, bound, time_limit=clock.left(), effort=CUT_EFFORT + effort)
     if result.schedule.makespan(base) > result.info.makespan_bound and not clock.skip(WINDOWS_STEP):
-        result = adopt_windows(base, result, solver=solver, clock=clock)  # (`windows.py`)
+        result = adopt_windows(base, result, solver=solver, clock=clock, effort=effort)  # (`windows.py`)
     if effort > 0:
         from tessel_dsl.search.refine import polish
 

@@ -97,9 +97,11 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
     return best
 
 
-def adopt_windows(spec: Spec, result, *, solver: str, clock):
+def adopt_windows(spec: Spec, result, *, solver: str, clock, effort: float = 0.0):
     """`result` (a `SearchResult`) with its schedule replaced by the sweep's, when that is shorter
-    (the slots only: the stored repetend stays for other N, as in `heldcuts.adopt`), and a note."""
+    (the slots only: the stored repetend stays for other N, as in `heldcuts.adopt`), and a note.
+    A positive `effort` (the user's `--effort`) sweeps once more from the result, each window on
+    `WINDOW_EFFORT + effort` units: never longer than the first sweep alone, often shorter."""
     from tessel_dsl.search.notes import note
 
     sched, info = result.schedule, result.info
@@ -107,6 +109,9 @@ def adopt_windows(spec: Spec, result, *, solver: str, clock):
     if before <= info.makespan_bound:
         return result
     better = shorten_by_windows(spec, sched, solver=solver, left=clock.left)
+    if effort > 0 and (better or sched).makespan(spec) > info.makespan_bound:
+        better = shorten_by_windows(spec, better or sched, solver=solver, left=clock.left,
+                                    effort=WINDOW_EFFORT + effort) or better
     if better is None:
         return result
     after = better.makespan(spec)
