@@ -75,3 +75,25 @@ def test_windows_with_too_many_movable_instances_are_skipped(monkeypatch):
     if got is not None:
         validate(spec, got)
         assert got.makespan(spec) < start.makespan(spec)
+
+
+def test_effort_sweeps_again_on_larger_budgets():
+    # `tessel search --effort E` sweeps a second time from the first sweep's result, each window
+    # on 1 + E units: capped GPipe on memchain D = 4 (570) goes to 480 in the first sweep and to
+    # 465, TO's proven optimum (test above), in the second; the note spans both sweeps.
+    from dataclasses import replace
+
+    from tessel_dsl.search.clock import Clock
+    from tessel_dsl.search.windows import adopt_windows
+
+    spec = _memchain(4)
+    found = search(spec, microbatches=8)
+    assert found.info.makespan_bound <= 465
+    start = replace(found, schedule=build(spec, "gpipe", 8))
+    plain = adopt_windows(spec, start, solver="cpsat", clock=Clock(None))
+    more = adopt_windows(spec, start, solver="cpsat", clock=Clock(None), effort=3.0)
+    assert plain.schedule.makespan(spec) == 480
+    assert more.schedule.makespan(spec) == 465
+    validate(spec, more.schedule)
+    said = [n.values for n in more.info.notes if n.kind == "windows"]
+    assert said == [{"n": 8, "before": 570, "after": 465}]
