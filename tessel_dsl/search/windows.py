@@ -28,8 +28,10 @@ its beginning (the instances that may move). Above that, CP-SAT's one worker did
 the schedule it was given within the window's budget: on an 8-GPU M-shape of 640 instances, a
 Qwen-32B interleaved over 8 GPUs (1024) and the specs above, every window with 450 or more such
 pairs ended with nothing, each at 1.5 to 4 s of CPU, and every gain came from windows with 105 to
-313. Skipping them kept every result above and cut the sweep's CPU from 14-24 s to 3-9 s. It does not prove anything:
-the pinned prefix and the fixed orders make each solve a restriction, not a relaxation.
+313. Skipping them kept every result above and cut the sweep's CPU from 14-24 s to 3-9 s.
+
+It does not prove anything: the pinned prefix and the fixed orders make each solve a
+restriction, not a relaxation.
 """
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ def adopt_windows(spec: Spec, result, *, solver: str, clock, effort: float = 0.0
     """`result` (a `SearchResult`) with its schedule replaced by the sweep's, when that is shorter
     (the slots only: the stored repetend stays for other N, as in `heldcuts.adopt`), and a note.
     A positive `effort` (the user's `--effort`) sweeps once more from the result, each window on
-    `WINDOW_EFFORT + effort` units: never longer than the first sweep alone, often shorter."""
+    `WINDOW_EFFORT + effort` units: never longer than the first sweep alone."""
     from tessel_dsl.search.notes import note
 
     sched, info = result.schedule, result.info
