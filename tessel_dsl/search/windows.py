@@ -53,11 +53,9 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
     seconds of the user's time limit still left (None: no limit); the sweep stops when it runs
     out, with the best schedule found by then."""
     from tessel_dsl.analysis import resident_memory
-    from tessel_dsl.search.compact import compact
     from tessel_dsl.search.lags import lag
     from tessel_dsl.search.optimal import starts_in_order
-    from tessel_dsl.search.solvers import Precedence, Problem, Task, microbatch_order, solve
-    from tessel_dsl.validate import validate
+    from tessel_dsl.search.solvers import Precedence, microbatch_order
 
     n = schedule.microbatches
     if solver != "cpsat" or len(schedule.slots) > WINDOW_MAX_TASKS:
@@ -76,27 +74,41 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
         limit = left()
         if limit is not None and limit <= 0.05:
             break
-        t1 = t0 + max(1, span // WINDOW_SHARE)
-        if sum(len(spec.block(k[0]).devices) for k in keys if start[k] >= t0) > WINDOW_MAX_FREE:
-            t0 += max(1, span // WINDOW_STEP_SHARE)
-            continue
-        tasks = tuple(Task(k, spec.block(k[0]).time, spec.block(k[0]).devices, spec.block(k[0]).memory,
-                           fixed=start[k] if start[k] < t0 else None) for k in keys)
-        prec = list(base)
-        for d in range(spec.devices):
-            late = sorted((start[k], index[k]) for k in keys if start[k] >= t1 and d in spec.block(k[0]).devices)
-            prec += [Precedence(a, b) for (_, a), (_, b) in zip(late, late[1:])]
-        problem = Problem(tasks, tuple(prec), spec.devices, capacity=spec.capacities, horizon=span,
-                          hints=tuple(start[k] for k in keys))
-        sol = solve(problem, "makespan", limit, solver=solver, effort=effort)
-        if sol.ok and sol.objective is not None and sol.objective < span:
-            slots = compact(spec, [Slot(t, k[0], k[1]) for k, t in zip(keys, sol.starts)])
-            found = replace(schedule, slots=tuple(slots), repetend_start=None)
-            validate(spec, found)
-            if found.makespan(spec) < span:
-                best, span, start = found, found.makespan(spec), starts_in_order(spec, found.slots)
+        movable = sum(len(spec.block(k[0]).devices) for k in keys if start[k] >= t0)
+        found = None if movable > WINDOW_MAX_FREE else \
+            _solve_window(spec, schedule, index, base, start, t0, span, limit, solver, effort)
+        if found is not None:
+            best, span, start = found, found.makespan(spec), starts_in_order(spec, found.slots)
         t0 += max(1, span // WINDOW_STEP_SHARE)
     return best
+
+
+def _solve_window(spec: Spec, schedule: Schedule, index, base, start, t0: int, span: int, limit, solver: str,
+                  effort: float) -> Schedule | None:
+    """One window's solve (module text): a valid schedule shorter than `span`, or None. `index`:
+    (block, micro-batch) -> its task number in `base`, the precedences of every micro-batch;
+    `start`: the current schedule's starts, relabelled in micro-batch order."""
+    from tessel_dsl.search.compact import compact
+    from tessel_dsl.search.solvers import Precedence, Problem, Task, solve
+    from tessel_dsl.validate import validate
+
+    keys = list(index)
+    tasks = tuple(Task(k, spec.block(k[0]).time, spec.block(k[0]).devices, spec.block(k[0]).memory,
+                       fixed=start[k] if start[k] < t0 else None) for k in keys)
+    prec = list(base)
+    t1 = t0 + max(1, span // WINDOW_SHARE)
+    for d in range(spec.devices):
+        late = sorted((start[k], index[k]) for k in keys if start[k] >= t1 and d in spec.block(k[0]).devices)
+        prec += [Precedence(a, b) for (_, a), (_, b) in zip(late, late[1:])]
+    problem = Problem(tasks, tuple(prec), spec.devices, capacity=spec.capacities, horizon=span,
+                      hints=tuple(start[k] for k in keys))
+    sol = solve(problem, "makespan", limit, solver=solver, effort=effort)
+    if not sol.ok or sol.objective is None or sol.objective >= span:
+        return None
+    slots = compact(spec, [Slot(t, k[0], k[1]) for k, t in zip(keys, sol.starts)])
+    found = replace(schedule, slots=tuple(slots), repetend_start=None)
+    validate(spec, found)
+    return found if found.makespan(spec) < span else None
 
 
 def adopt_windows(spec: Spec, result, *, solver: str, clock, effort: float = 0.0):
