@@ -273,26 +273,28 @@ def periodic_schedule(spec: Spec, starts: dict[str, int], copies: int, period: i
 
 
 def chain_period_search(spec: Spec, copies: int, low: int, high: int, *, effort: float | None = CHAIN_PERIOD_EFFORT,
-                        left=lambda: None) -> tuple[int | None, dict[str, int] | None, bool]:
+                        left=lambda: None, walk: float | None = None) -> tuple[int | None, dict[str, int] | None, bool]:
     """The smallest period in ``[low, high)`` at which `copies` micro-batches repeat (bisection:
     feasibility is monotone in the period), as (period, flat starts, proven). `proven`: every period below the answer was shown
     infeasible (down to `low`, which the caller knows to be a lower bound). `left()` gives the
     seconds of a user's time limit still left (None: no limit, only the deterministic budgets).
     With nothing feasible below `high` the period and starts are None (`proven`: every period
     tried below `high` was shown infeasible, so none exists). The whole bisection spends at most
-    `CHAIN_WALK_EFFORT` of deterministic time; what it leaves unsettled is not proven."""
+    `walk` (default `CHAIN_WALK_EFFORT`) of deterministic time; what it leaves unsettled is not
+    proven."""
+    walk = CHAIN_WALK_EFFORT if walk is None else walk
     best = None
     below = low - 1  # every period up to `below` is infeasible or unsettled
     settled = True   # ... and, while this holds, every one of them was proven infeasible
     hi = high
-    spent = [0.0]    # deterministic time used, within CHAIN_WALK_EFFORT
+    spent = [0.0]    # deterministic time used, within `walk`
     while below + 1 < hi:
         t = left()
-        if (t is not None and t <= 0) or spent[0] >= CHAIN_WALK_EFFORT - 0.05:
+        if (t is not None and t <= 0) or spent[0] >= walk - 0.05:
             settled = False
             break
         period = (below + 1 + hi) // 2
-        budget = None if effort is None else min(effort, CHAIN_WALK_EFFORT - spent[0])
+        budget = None if effort is None else min(effort, walk - spent[0])
         status, starts = solve_chain_period(spec, copies, period, effort=budget, time_limit=t, spent=spent)
         if status == "feasible":
             best, hi = (period, starts), period

@@ -80,6 +80,10 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         f"{_g(v['period'] / v['k'])} each) beats the one-copy repetend (period {v['one_copy_period']}): "
         f"makespan {v['makespan']} against {v['one_copy_makespan']}; such a plan does not re-extend "
         "to another N (search again)"),
+    "copies-cut": lambda v: (
+        f"two micro-batches repeat every {v['period']} ({_g(v['period'] / 2)} each, against "
+        f"{v['one_copy_period'] or 'none'} for one): that periodic schedule cut to N={v['n']} takes {v['makespan']} "
+        f"against {v['before']}, and is this N's plan; the plan keeps the one-copy repetend for other N"),
     "copies-unused": lambda v: (
         f"a repetend holding each block {v['k']} times has period {v['period']} "
         f"({_g(v['period'] / v['k'])} per micro-batch) but its makespan for N={v['n']} is {v['makespan']}, "

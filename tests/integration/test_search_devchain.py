@@ -268,3 +268,32 @@ def test_the_default_search_says_when_the_chain_model_needs_effort():
     assert r.schedule.makespan(spec) > r.info.makespan_bound
     assert "copies-with-effort" in [x.kind for x in r.info.notes]
     assert "tessel search --effort 1" in render(r.info.notes)
+
+
+def test_the_default_search_cuts_a_two_copy_schedule_from_a_short_walk(monkeypatch):
+    # Without --effort a device chain beyond one stage per device gets a short walk of the chain
+    # model (kcopy.LIGHT_WALK_EFFORT): with split backward at N = 12 it finds two micro-batches
+    # every 23 (one copy needs 12 each), and that periodic schedule cut to 12 micro-batches takes
+    # 148 where the one-copy plan took 152; the windows then make it 146. Without the walk the
+    # same search ends at 149. The plan keeps the one-copy repetend, so it still re-extends.
+    from tessel_dsl.search.driver import search
+    from tessel_dsl.search.extend import extend
+    import importlib
+
+    spec = parse(split_backward())
+    r = search(spec, microbatches=12)
+    validate(spec, r.schedule)
+    said = {x.kind: x.values for x in r.info.notes}
+    assert said["copies-cut"]["period"] == 23 and said["copies-cut"]["one_copy_period"] == 12
+    assert (said["copies-cut"]["makespan"], said["copies-cut"]["before"]) == (148, 152)
+    assert r.schedule.makespan(spec) == 146 and not r.info.proven and not r.info.period_proven
+    assert solve_chain_period(spec, 2, 23)[0] == "feasible"
+    report = simulate(make_plan(spec, r.schedule))
+    assert report.ok and report.makespan == 146
+    assert r.schedule.repetend is not None and r.schedule.repetend.period == 12
+    validate(spec, extend(spec, r.schedule, 20))  # other N come from the one-copy repetend
+
+    kcopy = importlib.import_module("tessel_dsl.search.kcopy")
+    monkeypatch.setattr(kcopy, "LIGHT_WALK_EFFORT", 0.0)
+    r0 = search(spec, microbatches=12)
+    assert r0.schedule.makespan(spec) == 149 and "copies-cut" not in [x.kind for x in r0.info.notes]
