@@ -106,7 +106,8 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     if not chain and applies(spec, CHAIN_MAX_COPIES, True) and not clock.skip(LIGHT_STEP):
         cut = _light_cut(spec, n, best, per_mb, clock)
         if cut is not None:
-            best, span, tried, proven_all = cut, cut.schedule.makespan(spec), 1, False
+            # the one-copy repetend the plan keeps for other N keeps its own claim (held once)
+            best, span, tried, proven_all = cut, cut.schedule.makespan(spec), 1, cut.info.period_proven
     out = best.info
     # (the baseline's own steady state, if still the answer, keeps its own claim)
     period_proven = out.period_proven if best is result and kept_baseline else proven_all
@@ -174,8 +175,9 @@ def _light_cut(spec: Spec, n: int, best: SearchResult, per_mb: Fraction, clock: 
     (`chaincycle.periodic_schedule`), when a short walk (`LIGHT_WALK_EFFORT`) finds a period
     below twice `per_mb` and the cut is shorter; None otherwise. No search of the two-copy
     repetend's warmup and cooldown runs (that is what makes the full model cost tens of seconds):
-    the plan keeps `best`'s repetend to re-extend to other N, and its claims are no longer
-    proofs, the cut being neither that repetend's extension nor optimal for its own period."""
+    the plan keeps `best`'s repetend to re-extend to other N, with that repetend's claim on its
+    period; the makespan is not proven, the cut being neither that repetend's extension nor
+    optimal for its own period."""
     from tessel_dsl.schedule import Schedule
     from tessel_dsl.search.chaincycle import chain_period_search, periodic_schedule
 
@@ -193,5 +195,4 @@ def _light_cut(spec: Spec, n: int, best: SearchResult, per_mb: Fraction, clock: 
     u = clock.unit
     said = note("copies-cut", period=period * u, one_copy_period=best.info.period * u, n=n,
                 makespan=cut.makespan(spec) * u, before=before * u)
-    return replace(best, schedule=sched, info=replace(best.info, proven=False, period_proven=False,
-                                                       notes=(said, *best.info.notes)))
+    return replace(best, schedule=sched, info=replace(best.info, proven=False, notes=(said, *best.info.notes)))
