@@ -276,9 +276,10 @@ def test_the_default_search_cuts_a_two_copy_schedule_from_a_short_walk(monkeypat
     # every 23 (one copy needs 12 each), and that periodic schedule cut to 12 micro-batches takes
     # 148 where the one-copy plan took 152; the windows then make it 146. Without the walk the
     # same search ends at 149. The plan keeps the one-copy repetend, so it still re-extends.
+    import importlib
+
     from tessel_dsl.search.driver import search
     from tessel_dsl.search.extend import extend
-    import importlib
 
     spec = parse(split_backward())
     r = search(spec, microbatches=12)
