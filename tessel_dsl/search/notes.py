@@ -92,7 +92,8 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         f"the solver budget ran out before every period of {v['k']} copies below {v['period']} was settled"),
     "copies-with-effort": lambda v: (
         f"repetends holding each block up to {v['k']} times on this chain come from an exact model that "
-        "`tessel search --effort 1` runs (tens of seconds of CPU at 8 devices); the default leaves it out"),
+        "`tessel search --effort 1` runs (tens of seconds of CPU at 8 devices); the default runs only a "
+        "short walk of its periods and cuts what it finds to N"),
     "to-proven": lambda v: "optimum proven",
     "to-cut": lambda v: f"{stopped_by(v)} ran out: best found, not proven optimal",
     "to-hint": lambda v: (
