@@ -299,3 +299,23 @@ def test_the_default_search_cuts_a_two_copy_schedule_from_a_short_walk(monkeypat
     r0 = search(spec, microbatches=12)
     assert r0.schedule.makespan(spec) == 149 and "copies-cut" not in [x.kind for x in r0.info.notes]
     assert r.info.period_proven == r0.info.period_proven  # the kept repetend's own claim
+
+
+def test_the_short_walk_is_skipped_where_two_copies_have_little_to_gain(monkeypatch):
+    # Split backward at N = 12: one copy needs 12 a micro-batch and no schedule less than 11, so
+    # two copies can gain at most 2 of 24 (8 %). Asked for 10 %, the walk does not run at all.
+    import importlib
+
+    from tessel_dsl.search.driver import search
+
+    kcopy = importlib.import_module("tessel_dsl.search.kcopy")
+    chaincycle = importlib.import_module("tessel_dsl.search.chaincycle")
+    monkeypatch.setattr(kcopy, "LIGHT_MIN_GAP", 0.1)
+
+    def walked(*_a, **_k):
+        raise AssertionError("the two-copy walk ran")
+
+    monkeypatch.setattr(chaincycle, "chain_period_search", walked)
+    spec = parse(split_backward())
+    r = search(spec, microbatches=12)
+    assert r.schedule.makespan(spec) == 149 and "copies-cut" not in [x.kind for x in r.info.notes]
