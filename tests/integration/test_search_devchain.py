@@ -278,6 +278,7 @@ def test_the_default_search_cuts_a_two_copy_schedule_from_a_short_walk(monkeypat
     # same search ends at 149. The plan keeps the one-copy repetend, so it still re-extends.
     import importlib
 
+    from tessel_dsl.search.baselines.compare import running_period
     from tessel_dsl.search.driver import search
     from tessel_dsl.search.extend import extend
 
@@ -289,6 +290,7 @@ def test_the_default_search_cuts_a_two_copy_schedule_from_a_short_walk(monkeypat
     assert (said["copies-cut"]["makespan"], said["copies-cut"]["before"]) == (148, 152)
     assert r.schedule.makespan(spec) == 146 and not r.info.proven
     assert solve_chain_period(spec, 2, 23)[0] == "feasible"
+    assert running_period(spec, r.schedule, r.info) == 11.5  # what runs at this N, as the summary says
     report = simulate(make_plan(spec, r.schedule))
     assert report.ok and report.makespan == 146
     assert r.schedule.repetend is not None and r.schedule.repetend.period == 12

@@ -175,8 +175,8 @@ def running_period(spec: Spec, schedule: Schedule, info: SearchInfo | None = Non
     """The period per micro-batch of what a searched schedule runs for its N, not of the repetend
     the plan keeps for other N: none below N_R (one solve of the N micro-batches) or when the
     slots are not the extension; a baseline's order that beat the extension runs at that
-    baseline's period (measured as in its own row); a repetend holding each block k times, its
-    period over k. Without `info` (a schedule read from a plan), only the first two."""
+    baseline's period (measured as in its own row); a repetend holding each block k times, or
+    a two-copy periodic schedule cut to N, its period over k. Without `info` (a schedule read from a plan), only the first two."""
     info = info or SearchInfo()
     rep = schedule.repetend
     # The plan runs a baseline's block order: one that beat the extension, one no repetend could
@@ -190,6 +190,10 @@ def running_period(spec: Spec, schedule: Schedule, info: SearchInfo | None = Non
             return None
     if info.repetend_copies > 1:
         return info.period / info.repetend_copies if not beaten else None
+    # A two-copy periodic schedule cut to N (`kcopy._light_cut`) runs at its own period.
+    cut = [x.values["period"] for x in info.notes if x.kind == "copies-cut"]
+    if cut:
+        return cut[0] / 2
     if rep is None or schedule.repetend_start is None or schedule.microbatches < rep.nr:
         return None
     return float(rep.period)
