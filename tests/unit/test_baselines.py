@@ -110,7 +110,9 @@ def zbv(d=4, n=4, m=None, infer=False, **costs) -> Spec:
 # the one table a new baseline is added to; the shipped specs are matched to these placements
 # (SHIPPED_PLACEMENT below) and expect the same.
 APPLICABLE = {
-    zbchain: ({"gpipe", "zb-h1", "zb-h1-capped"}, {"gpipe", "1f1b", "1f1b-capped", "1f1b+", "gpipe+"}),
+    # training: 1F1B and its kin run each weight gradient right after its input gradient
+    zbchain: ({"gpipe", "zb-h1", "zb-h1-capped", "1f1b", "1f1b-capped", "1f1b+", "gpipe+"},
+              {"gpipe", "1f1b", "1f1b-capped", "1f1b+", "gpipe+"}),
     zbv: ({"gpipe", "zb-v", "zb-v-capped"}, {"gpipe"}),
     interleaved: ({"gpipe", "interleaved-1f1b"},),
     vshape: ({"gpipe", "1f1b", "1f1b-capped", "1f1b+", "gpipe+"},),
@@ -310,8 +312,8 @@ def test_chimera_that_does_not_fit_memory_is_not_applicable():
 # The placement of each shipped spec, whose row of APPLICABLE it expects in both modes: 1F1B needs
 # a chain with stage i on device i, 1F1B+ additionally allows blocks on every device around such a
 # chain, Chimera needs two opposite chains, interleaved 1F1B needs looped stages, GPipe runs
-# anything. Zero-bubble training splits each backward into two blocks (no chain); its inference is
-# a plain V-shape. ZB-H1 needs the split backward on a chain, ZB-V on a V of two chunks per device
+# anything. Zero-bubble training splits each backward into two blocks, which the 1F1B family runs
+# as one (I then W); its inference is a plain V-shape. ZB-H1 needs the split backward on a chain, ZB-V on a V of two chunks per device
 # (`--set C=2`, tests/unit/test_baselines_zerobubble.py).
 SHIPPED_PLACEMENT = {"interleaved": interleaved, "kshape": kshape, "mshape": mshape, "nnshape": nnshape,
                      "vshape": vshape, "xshape": xshape, "zerobubble": zbchain}

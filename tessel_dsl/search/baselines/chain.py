@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tessel_dsl.analysis import reachable
 from tessel_dsl.errors import TesselError
-from tessel_dsl.ir import Block, Spec
+from tessel_dsl.ir import Block, Kind, Spec
 
 
 class NotApplicable(TesselError):
@@ -127,13 +127,15 @@ def _runs(spec: Spec, names: list[str]) -> list[tuple[tuple[int, ...], list[str]
 
 
 # While set False (`unfolded`), `find_stages` takes the placement as written: `compare` uses it to
-# tell a baseline that needed side blocks folded into a stage from one that did not.
+# tell a baseline that needed side blocks folded into a stage, or each weight gradient run right
+# after its input gradient, from one that did not.
 _FOLD: ContextVar[bool] = ContextVar("fold_side_blocks", default=True)
 
 
 @contextmanager
 def unfolded() -> Iterator[None]:
-    """`find_stages` without folding side blocks, inside the `with` block."""
+    """`find_stages` without folding side blocks or joining weight gradients to their input
+    gradients, inside the `with` block."""
     token = _FOLD.set(False)
     try:
         yield
@@ -183,7 +185,8 @@ def _fold(spec: Spec, stages: tuple[GroupStage, ...], sides: dict[str, str]) -> 
 def find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None = None) -> tuple[GroupStage, ...]:
     """The spec (or only the blocks in `names`) as a chain of stages (each device in exactly
     one), or NotApplicable saying why. A placement that is such a chain once its side blocks
-    (`side_blocks`) run in the stage of the block they feed is that chain, as an engineer would
+    (`side_blocks`) run in the stage of the block they feed, or once each weight gradient runs
+    right after its input gradient (`_weights_after_inputs`), is that chain, as an engineer would
     run it (`compare` labels such a baseline as adapted).
     """
     try:
@@ -213,7 +216,8 @@ def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None 
             "group, each device in one stage, run in sequence)")
     order = [n for n in spec.topo_order if names is None or n in names]
     fwd = _runs(spec, [n for n in order if not spec.block(n).kind.is_backward])
-    bwd = _runs(spec, [n for n in order if spec.block(n).kind.is_backward])
+    back_names = [n for n in order if spec.block(n).kind.is_backward]
+    bwd = _runs(spec, _weights_after_inputs(spec, back_names) if _FOLD.get() else back_names)
     if not fwd:
         raise NotApplicable(f"{need}; there is no forward block")
     reach = reachable(spec)
@@ -237,13 +241,31 @@ def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None 
         raise NotApplicable(f"{need}; the forward blocks {', '.join(flat)} do not form one sequence (they branch)")
     if not bwd:
         return tuple(GroupStage(devs, tuple(names)) for devs, names in fwd)
-    back = [n for _, names in bwd for n in names]
+    # Weight gradients trail their stage's input gradient; only the rest must form one sequence.
+    back = [n for _, names in bwd for n in names if spec.block(n).kind is not Kind.WEIGHT_GRAD]
     if [devs for devs, _ in bwd] != [devs for devs, _ in reversed(fwd)]:
         raise NotApplicable(f"{need}; the backward blocks do not retrace the forward stages in reverse")
-    if not _ordered(back, reach) or back[0] not in reach[flat[-1]]:
+    if not back or not _ordered(back, reach) or back[0] not in reach[flat[-1]]:
         raise NotApplicable(f"{need}; the backward blocks do not retrace the forward ones in reverse")
     return tuple(GroupStage(devs, tuple(names), tuple(bnames))
                  for (devs, names), (_, bnames) in zip(fwd, reversed(bwd)))
+
+
+def _weights_after_inputs(spec: Spec, names: list[str]) -> list[str]:
+    """`names` (backward blocks in dependency order) with each weight-gradient block moved right
+    after the last of its predecessors there that runs on its devices: a split backward (input
+    gradient I, weight gradient W) run as one backward, I then W, as 1F1B runs a model whose
+    backward is not split (PyTorch's Schedule1F1B on it)."""
+    weights = [n for n in names if spec.block(n).kind is Kind.WEIGHT_GRAD]
+    out = [n for n in names if n not in weights]
+    for w in weights:
+        devs = spec.block(w).devices
+        after = [i for i, n in enumerate(out) if n in spec.preds[w] and spec.block(n).devices == devs]
+        at = max(after) + 1 if after else len(out)
+        while at < len(out) and spec.block(out[at]).kind is Kind.WEIGHT_GRAD and spec.block(out[at]).devices == devs:
+            at += 1  # after the weight gradients already placed there, in their order
+        out.insert(at, w)
+    return out
 
 
 def find_shared_stages(spec: Spec, *, who: str = "1F1B+") -> tuple[tuple[GroupStage, ...], tuple[str, ...]]:
@@ -264,7 +286,8 @@ def find_rounds(spec: Spec, *, who: str = "interleaved 1F1B") -> tuple[tuple[Gro
             "(chunk c of device group g is stage c * groups + g)")
     order = list(spec.topo_order)
     fwd = _runs(spec, [n for n in order if not spec.block(n).kind.is_backward])
-    bwd = _runs(spec, [n for n in order if spec.block(n).kind.is_backward])
+    back_names = [n for n in order if spec.block(n).kind.is_backward]
+    bwd = _runs(spec, _weights_after_inputs(spec, back_names) if _FOLD.get() else back_names)
     sets = []
     for devs, _ in fwd:
         if devs in sets:

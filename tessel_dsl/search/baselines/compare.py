@@ -121,13 +121,19 @@ def memory_adaptation(spec: Spec, name: str, n: int, schedule: Schedule) -> str:
             "without the cap")
 
 
+JOINED = "each weight gradient runs right after its input gradient, as one backward"
+
+
 def placement_adaptation(spec: Spec, name: str) -> str:
     """How baseline `name` was fitted to the placement, or "" if it takes it as written: side
-    blocks (`chain.side_blocks`) run in the stage of the block they feed."""
+    blocks (`chain.side_blocks`) run in the stage of the block they feed; a split backward runs
+    as one (`JOINED`), as 1F1B runs a model whose backward is not split."""
+    from tessel_dsl.ir import Kind
     from tessel_dsl.search.baselines.chain import side_blocks, unfolded
 
     sides = side_blocks(spec)
-    if not sides:
+    split = any(b.kind is Kind.WEIGHT_GRAD for b in spec.blocks)
+    if not sides and not split:
         return ""
     try:
         with unfolded():
@@ -137,16 +143,19 @@ def placement_adaptation(spec: Spec, name: str) -> str:
         pass
     except TesselError:
         return ""
-    said = ", ".join(f"{s} (device {','.join(map(str, spec.block(s).devices))}) in the stage of {u}"
-                     for s, u in sides.items())
-    return f"adapted to the placement: side block(s) run where they feed, {said}"
+    said = [JOINED] if split else []
+    if sides:
+        said.append("side block(s) run where they feed, " + ", ".join(
+            f"{s} (device {','.join(map(str, spec.block(s).devices))}) in the stage of {u}" for s, u in sides.items()))
+    return "adapted to the placement: " + "; ".join(said)
 
 
 def label(row: Row) -> str:
     """A row's schedule name as reports show it: a baseline fitted to the placement or to memory
     says so."""
     extra = row.extra or {}
-    tags = ["side blocks folded"] if extra.get("placement") else []
+    fitted = extra.get("placement") or ""
+    tags = (["backward not split"] if JOINED in fitted else []) + (["side blocks folded"] if "side block" in fitted else [])
     why = extra.get("memory")
     if why:
         tags.append(f"{'capped' if why.startswith('capped') else 'adapted'} to memory")
