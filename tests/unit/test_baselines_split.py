@@ -17,18 +17,18 @@ from tessel_dsl.validate import validate
 
 # 4 stages of unequal times, W freeing the activation; device 0 holds 2 micro-batches where 1F1B
 # keeps 4 (memory binds there), and an embedding E beside F0 with its weight gradient EW.
-SPLIT = """placement split4
-devices 4
+FORWARD = """devices 4
 memory 8
 memory 2 on 0
 microbatches 8
 mode train
 forward E on 0 time 1 memory 0
-weight_grad EW of E time 1
 forward F0 on 0 time 2 memory 1
 forward F1 on 1 time 3 memory 1
 forward F2 on 2 time 2 memory 1
 forward F3 on 3 time 3 memory 1
+"""
+SPLIT = "placement split4\n" + FORWARD + """weight_grad EW of E time 1
 input_grad I0 of F0 time 2
 input_grad I1 of F1 time 3
 input_grad I2 of F2 time 2
@@ -45,18 +45,7 @@ E -> F0 -> F1 -> F2 -> F3 -> I3 -> I2 -> I1 -> I0
 I0 -> EW
 """
 # The same with each stage's I and W one backward block B (time I + W), and EW after B0 in it.
-MERGED = """placement merged4
-devices 4
-memory 8
-memory 2 on 0
-microbatches 8
-mode train
-forward E on 0 time 1 memory 0
-forward F0 on 0 time 2 memory 1
-forward F1 on 1 time 3 memory 1
-forward F2 on 2 time 2 memory 1
-forward F3 on 3 time 3 memory 1
-backward B0 of F0 time 5 memory -1
+MERGED = "placement merged4\n" + FORWARD + """backward B0 of F0 time 5 memory -1
 backward B1 of F1 time 6 memory -1
 backward B2 of F2 time 4 memory -1
 backward B3 of F3 time 6 memory -1
