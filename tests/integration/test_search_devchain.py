@@ -321,3 +321,27 @@ def test_the_short_walk_is_skipped_where_two_copies_have_little_to_gain(monkeypa
     spec = parse(split_backward())
     r = search(spec, microbatches=12)
     assert r.schedule.makespan(spec) == 149 and "copies-cut" not in [x.kind for x in r.info.notes]
+
+
+def test_a_small_device_chain_gets_the_short_walk_not_the_unrolled_search(monkeypatch):
+    # EMBED_HEAD has 12 blocks, so two copies unrolled (24) are within COPIES_MAX_BLOCKS; on a
+    # device chain the default search takes the short walk of the chain model instead of that
+    # general search (on a 4-GPU M-shape the general one took 33 s of CPU for a longer plan).
+    # Here the walk's cut reaches the memory bound's makespan, 180 at N = 16, proven.
+    import importlib
+
+    from tessel_dsl.search.driver import search
+
+    copies = importlib.import_module("tessel_dsl.search.copies")
+
+    def unrolled(*_a, **_k):
+        raise AssertionError("the unrolled spec was searched")
+
+    monkeypatch.setattr(copies, "unroll", unrolled)
+    spec = parse(EMBED_HEAD)
+    r = search(spec, microbatches=16)
+    validate(spec, r.schedule)
+    assert r.schedule.makespan(spec) == r.info.makespan_bound == 180 and r.info.proven
+    assert "copies-cut" in [x.kind for x in r.info.notes]
+    report = simulate(make_plan(spec, r.schedule))
+    assert report.ok and report.makespan == 180
