@@ -68,8 +68,8 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     # chains, found no shorter plan.
     chain = applies(spec, CHAIN_MAX_COPIES, device_chains)
     # Without it, a device chain gets the short walk below instead of the general search of the
-    # unrolled spec: on a 4-GPU Llama-3-8B M-shape holding 2 micro-batches (12 blocks) that search
-    # took 33 s of CPU for 14368 ms, the walk 5 s for 13876.
+    # unrolled spec: on bench/specs/m4_llama8b.tsl (a 4-GPU M-shape, 12 blocks) that search took
+    # 33 s of CPU for 14368 ms, the walk 5 s for 13876.
     light = not chain and applies(spec, CHAIN_MAX_COPIES, True)
     unused: list[Note] = []  # k-copy repetends with a shorter period per micro-batch that were not used
     for k in range(2, (CHAIN_MAX_COPIES if chain else MAX_COPIES) + 1):
