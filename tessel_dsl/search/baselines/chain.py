@@ -286,8 +286,7 @@ def find_rounds(spec: Spec, *, who: str = "interleaved 1F1B") -> tuple[tuple[Gro
             "(chunk c of device group g is stage c * groups + g)")
     order = list(spec.topo_order)
     fwd = _runs(spec, [n for n in order if not spec.block(n).kind.is_backward])
-    back_names = [n for n in order if spec.block(n).kind.is_backward]
-    bwd = _runs(spec, _weights_after_inputs(spec, back_names) if _FOLD.get() else back_names)
+    bwd = _runs(spec, [n for n in order if spec.block(n).kind.is_backward])
     sets = []
     for devs, _ in fwd:
         if devs in sets:
