@@ -68,10 +68,10 @@ _LAST: list = []
 def makespan_bound(spec: Spec, microbatches: int, above: int | None = None) -> int:
     """The largest of the per-device bounds, the critical path and the memory bound (module text).
 
-    `above`: the makespan of a schedule in hand. When it is above those bounds, the one-device
-    relaxation (`devrelax.py`, a CP-SAT solve on a small deterministic budget) is also tried, and
-    the larger is returned: it can only matter when it could prove that schedule optimal, and
-    it costs up to a second of CPU, so it is not paid for where the cheap bounds settle it."""
+    `above`: the makespan of a schedule in hand. When it is above those bounds, the device
+    relaxations (`devrelax.py`, CP-SAT solves on a small deterministic budget) are also tried, and
+    the larger is returned: they can only matter when they could prove that schedule optimal, and
+    they cost up to a few seconds of CPU, so they are not paid for where the cheap bounds settle it."""
     if not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches):
         _LAST[:] = [spec, microbatches, _makespan_bound(spec, microbatches), None]
     if above is None or above <= _LAST[2]:
@@ -89,18 +89,22 @@ def makespan_bound(spec: Spec, microbatches: int, above: int | None = None) -> i
 def source_notes(spec: Spec, microbatches: int, stated: int, unit: int = 1) -> tuple:
     """Notes saying where `stated` (the plan's makespan bound) comes from, when `makespan_bound`
     last gave `spec` at `microbatches` a sharper bound than the analytic ones: one device alone
-    (`devrelax.py`), or the whole schedule with memory as holding cuts (`heldcuts.py`), beside
+    or a set of devices (`devrelax.py`), or the whole schedule with memory as holding cuts (`heldcuts.py`), beside
     what the others give. Times scaled by `unit` (`timescale.py`)."""
     from tessel_dsl.search.heldcuts import cached
     from tessel_dsl.search.notes import note
 
     if not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches):
         return ()
-    cheap, (device_bound, device) = _LAST[2], _LAST[3] if _LAST[3] is not None else (0, None)
+    cheap, (device_bound, devices) = _LAST[2], _LAST[3] if _LAST[3] is not None else (0, ())
+    cut = cached(spec, microbatches)
     said = ()
     if device_bound > cheap and device_bound == stated:
-        said += (note("bound-one-device", bound=device_bound * unit, device=device, analytic=cheap * unit),)
-    cut = cached(spec, microbatches)
+        others = max(cheap, cut.bound if cut is not None else 0) * unit
+        if len(devices) == 1:
+            said += (note("bound-one-device", bound=device_bound * unit, device=devices[0], analytic=others),)
+        else:
+            said += (note("bound-devices", bound=device_bound * unit, devices=list(devices), analytic=others),)
     others = max(cheap, device_bound)
     if cut is not None and cut.bound > others and cut.bound == stated:
         said += (note("bound-held-cuts", bound=cut.bound * unit, analytic=others * unit),)

@@ -53,6 +53,21 @@ C = 2, D = 8, memory 8 and N = 8: 102, the time-optimal makespan, where the anal
 CP-SAT proves little beyond about 100 instances (the same V at N = 32, 192 instances a device:
 nothing above the analytic bound in 10 units of effort). `bounds.makespan_bound` asks for this
 bound only when a schedule in hand is above the others.
+
+**Several devices at once.** The same problem over a set of devices (each with its own
+one-at-a-time and its holdings' cuts, the others still delays) is a relaxation too, and a
+tighter one: it sees how a micro-batch's forward on one device waits for another's backward
+on the next, which no device alone shows. The whole pipeline is the exact problem, which CP-SAT
+settles slowly; sets of a few devices it settles in about a second. On a memory-bound 8-stage
+chain (`bench/specs/real/qwen32b_chain8_mem.tsl`, 4 micro-batches in flight on device 0, 3 on
+device 7; plan 19023) device 0 alone gives 17871 and the analytic bounds 18111, while devices
+{0, 1, 2, 7} give 18516 and {0, 1, 2, 3, 5, 6, 7} 18852 (on a larger budget). Which devices
+matter: the ends of such chains, whose micro-batches wait longest. So the sets grow one device at
+a time in a fixed order: the memory-bound devices, tightest first (fewest micro-batches in flight,
+then the largest analytic memory bound), then the others by index; each set is solved on what is
+left of `RELAX_SET_EFFORT`, and the growth stops at the first set not solved to optimality within
+it (a larger one would be harder still) or past `RELAX_SET_MAX_INSTANCES` block instances. The
+largest proven bound of any set or single device is the bound.
 """
 from __future__ import annotations
 
@@ -66,6 +81,8 @@ RELAX_EFFORT = 0.3         # CP-SAT deterministic time per device
 RELAX_MAX_INSTANCES = 100  # block instances per device beyond which memory is stated by the cuts alone
 RELAX_CUTS_MAX_INSTANCES = 400  # ... and beyond which the device is not tried
 RELAX_DEVICES = 2          # how many devices are tried: those with the largest memory bounds
+RELAX_SET_EFFORT = 2.0     # CP-SAT deterministic time for the growing sets of devices, in all
+RELAX_SET_MAX_INSTANCES = 1500  # block instances of a set beyond which it is not solved
 
 
 def device_relaxation_bound(spec: Spec, microbatches: int) -> int:
@@ -74,19 +91,19 @@ def device_relaxation_bound(spec: Spec, microbatches: int) -> int:
     return device_relaxation(spec, microbatches)[0]
 
 
-def device_relaxation(spec: Spec, microbatches: int) -> tuple[int, int | None]:
-    """(`device_relaxation_bound`, the device that gives it or None)."""
+def device_relaxation(spec: Spec, microbatches: int) -> tuple[int, tuple[int, ...]]:
+    """(`device_relaxation_bound`, the devices whose problem gives it: one, several, or none)."""
     from tessel_dsl.search.membound import holdings, paced_bound
 
     n = microbatches
     if n < 2 or any(b.time <= 0 for b in spec.blocks):
-        return 0, None  # zero-time blocks may share a start; the running sum over starts needs them apart
+        return 0, ()  # zero-time blocks may share a start; the running sum over starts needs them apart
     binding = [h for h in holdings(spec) if h.limit < n]
     pressed: dict[int, int] = {}  # device -> its largest analytic memory bound
     for h in binding:
         if len(spec.blocks_on(h.device)) * n <= RELAX_CUTS_MAX_INSTANCES:
             pressed[h.device] = max(pressed.get(h.device, 0), h.makespan(n), paced_bound(spec, h, n))
-    best, where = 0, None
+    best, where = 0, ()
     for d in sorted(pressed, key=lambda d: (-pressed[d], d))[:RELAX_DEVICES]:
         held = [h for h in binding if h.device == d]
         got = _solve_device(spec, n, d, held, reservoir=False)
@@ -95,13 +112,47 @@ def device_relaxation(spec: Spec, microbatches: int) -> tuple[int, int | None]:
         if not paired and len(spec.blocks_on(d)) * n <= RELAX_MAX_INSTANCES:
             got = max(got, _solve_device(spec, n, d, held, reservoir=True))
         if got > best:
-            best, where = got, d
+            best, where = got, (d,)
+    for devices, got in _growing_sets(spec, n, binding):
+        if got > best:
+            best, where = got, devices
     return best, where
+
+
+def _growing_sets(spec: Spec, n: int, binding):
+    """(devices, proven bound) for each set of two or more devices the module text grows."""
+    from tessel_dsl.search.membound import paced_bound
+
+    if not binding:
+        return
+    tightest: dict[int, tuple[int, int]] = {}  # device -> (fewest in flight, -largest memory bound)
+    for h in binding:
+        key = (h.limit, -max(h.makespan(n), paced_bound(spec, h, n)))
+        tightest[h.device] = min(tightest.get(h.device, key), key)
+    order = sorted(tightest, key=lambda d: (tightest[d], d)) + [d for d in range(spec.devices) if d not in tightest]
+    left = RELAX_SET_EFFORT
+    for k in range(2, len(order) + 1):
+        devices = tuple(sorted(order[:k]))
+        if len({b.name for d in devices for b in spec.blocks_on(d)}) * n > RELAX_SET_MAX_INSTANCES or left <= 0:
+            return
+        got, optimal, spent = _solve(spec, n, devices, [h for h in binding if h.device in devices],
+                                     reservoir=False, effort=left)
+        left -= spent
+        yield devices, got
+        if not optimal:
+            return
 
 
 def _solve_device(spec: Spec, n: int, d: int, held, *, reservoir: bool) -> int:
     """The proven bound of device `d`'s problem: memory as the holdings' cuts, and with
     `reservoir` also as the running sum itself."""
+    return _solve(spec, n, (d,), held, reservoir=reservoir, effort=RELAX_EFFORT)[0]
+
+
+def _solve(spec: Spec, n: int, devices: tuple[int, ...], held, *, reservoir: bool, effort: float
+           ) -> tuple[int, bool, float]:
+    """(the proven bound of the problem over `devices`, whether it was solved to optimality, the
+    deterministic time it took). The reservoir is stated for one device only."""
     from tessel_dsl.search.membound import start_distances
     from tessel_dsl.search.solvers.cpsat import configure
     from tessel_dsl.search.solvers.cpsat_module import cp_model
@@ -110,11 +161,13 @@ def _solve_device(spec: Spec, n: int, d: int, held, *, reservoir: bool) -> int:
     time = {b.name: b.time for b in spec.blocks}
     lags = edge_lags(spec)
     head, tail = chains(spec, time, lags)
-    on = [b.name for b in spec.blocks_on(d)]
+    on = sorted({b.name for d in devices for b in spec.blocks_on(d)})
     horizon = max(head.values()) + n * sum(time.values()) + max(tail.values())
     m = cp.CpModel()
     start = {(x, i): m.new_int_var(head[x], horizon, "") for x in on for i in range(n)}
-    m.add_no_overlap([m.new_fixed_size_interval_var(start[x, i], time[x], "") for x in on for i in range(n)])
+    for d in devices:
+        m.add_no_overlap([m.new_fixed_size_interval_var(start[b.name, i], b.time, "")
+                          for b in spec.blocks_on(d) for i in range(n)])
     span = m.new_int_var(0, horizon, "")
     for x in on:
         reach = start_distances(spec, x, time, lags)
@@ -130,14 +183,16 @@ def _solve_device(spec: Spec, n: int, d: int, held, *, reservoir: bool) -> int:
         for i in range(n - h.limit):
             m.add(start[h.alloc, i + h.limit] >= start[h.free, i] + time[h.free])
     if reservoir:
+        (d,) = devices
         changes = [(start[x, i], spec.block(x).memory) for x in on for i in range(n) if spec.block(x).memory]
         floor = -sum(abs(c) for _, c in changes) - 1
         m.add_reservoir_constraint([t for t, _ in changes], [c for _, c in changes], floor, spec.capacity(d))
     m.minimize(span)
     solver = cp.CpSolver()
-    configure(solver.parameters, effort=RELAX_EFFORT)
+    configure(solver.parameters, effort=effort)
     status = solver.solve(m)
+    spent = solver.response_proto.deterministic_time
     if status == cp.INFEASIBLE or status == cp.MODEL_INVALID:
-        return 0  # no claim: a spec that can't fit is refused before any search
-    return max(0, math.ceil(solver.best_objective_bound - 1e-6))
+        return 0, False, spent  # no claim: a spec that can't fit is refused before any search
+    return max(0, math.ceil(solver.best_objective_bound - 1e-6)), status == cp.OPTIMAL, spent
 

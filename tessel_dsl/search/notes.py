@@ -134,6 +134,10 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "bound-one-device": lambda v: (
         f"the makespan lower bound {v['bound']} is device {v['device']}'s alone: its blocks for every "
         f"micro-batch within its memory, the other devices' only as delays (the other bounds give {v['analytic']})"),
+    "bound-devices": lambda v: (
+        f"the makespan lower bound {v['bound']} is devices {', '.join(map(str, v['devices']))} together: "
+        f"their blocks for every micro-batch within their memory, the other devices' only as delays "
+        f"(the other bounds give {v['analytic']})"),
     "bound-held-cuts": lambda v: (
         f"the makespan lower bound {v['bound']} is proven on every block instance with memory as holding cuts "
         f"(the other bounds give {v['analytic']})"),

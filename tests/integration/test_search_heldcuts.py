@@ -39,10 +39,14 @@ def test_a_zero_bubble_chain_reaches_its_bound():
     assert longer.microbatches == 40
 
 
-def test_a_plan_is_proven_where_the_analytic_bound_is_below_it():
+def test_a_plan_is_proven_where_the_analytic_bound_is_below_it(monkeypatch):
     # The 4-stage chain of tests/unit/test_membound_area.py, two micro-batches in flight, N = 6:
     # the analytic bounds give 138, TO proves 141 (that test); the search's plan is 141, and the
-    # model proves it, so the stated bound is 141.
+    # model proves it, so the stated bound is 141. (Devices 0-2 together prove it too, which
+    # that test checks; left out here so that this model is asked.)
+    from tessel_dsl.search import devrelax
+
+    monkeypatch.setattr(devrelax, "RELAX_SET_EFFORT", 0)
     spec = chain([4, 3, 4, 3], 2, n=6)
     assert makespan_bound(spec, 6) == 138
     result = search(spec)

@@ -82,12 +82,15 @@ def test_memory_bound_chain_is_valid_no_worse_than_capped_1f1b_and_the_same_twic
     assert r.schedule.slots == again.schedule.slots and r.info.notes == again.info.notes
     validate(spec, r.schedule)
     assert simulated(spec, r) == r.schedule.makespan(spec) == 196
-    # Without that proof a repetend could still beat it below period (196 - 17) / (21 - 8), so
+    # Devices 0, 1 and 2 together (`devrelax.py`, "Several devices at once") prove 196 as well.
+    from tessel_dsl.search import devrelax, heldcuts
+
+    assert devrelax.device_relaxation(spec, 21) == (196, (0, 1, 2))
+    # Without either proof a repetend could still beat it below period (196 - 17) / (21 - 8), so
     # the walk runs (its period-9 repetend, N_R = 2, gives a longer plan and the baseline's
     # order is kept)
-    from tessel_dsl.search import heldcuts
-
     monkeypatch.setattr(heldcuts, "CUT_MAX_INSTANCES", 0)
+    monkeypatch.setattr(devrelax, "RELAX_SET_EFFORT", 0)
     walked = search(parse(CAPPED))
     assert useful_cap(spec, 21, 196) == 14
     assert walked.info.method == "modulo" and [n.kind for n in walked.info.notes][0] == "baseline-beats"
