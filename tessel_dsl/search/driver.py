@@ -186,6 +186,8 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
 
         result = polish(base, result, solver=solver, clock=clock, effort=effort)
     info = result.info
+    if result.schedule.makespan(base) <= info.makespan_bound:  # (a step after `with_copies` reached it)
+        info = replace(info, notes=tuple(x for x in info.notes if x.kind != "copies-with-effort"))
     said = (note("time-limit-skipped", limit=time_limit, steps=clock.skipped),) if clock.skipped else ()
     said += source_notes(base, n, info.makespan_bound, unit)
     info = replace(info, seconds=clock.elapsed(), lower_bound=info.lower_bound * unit, period=info.period * unit,
