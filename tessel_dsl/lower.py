@@ -51,15 +51,17 @@ def tensor_bytes(spec: Spec, producer: str, dst_device: int | None = None) -> in
     A declared edge tensor wins (the largest one, when several consumers on the device declare
     one); otherwise the producer's memory delta stands in for its activation size.
     """
-    declared = [
-        e.tensor.nbytes
-        for e in spec.edges
-        if e.src == producer and e.tensor is not None
-        and (dst_device is None or dst_device in spec.block(e.dst).devices)
-    ]
+    declared = declared_bytes(spec, producer, dst_device)
     if declared:
         return max(1, max(declared))
     return max(1, abs(spec.block(producer).memory) * spec.units.memory_bytes)
+
+
+def declared_bytes(spec: Spec, producer: str, dst_device: int | None = None) -> list[int]:
+    """The sizes of the tensors declared on `producer`'s edges to `dst_device` (any when None)."""
+    return [e.tensor.nbytes for e in spec.edges
+            if e.src == producer and e.tensor is not None
+            and (dst_device is None or dst_device in spec.block(e.dst).devices)]
 
 
 def transfers(spec: Spec, schedule: Schedule) -> list[Transfer]:

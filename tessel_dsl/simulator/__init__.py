@@ -17,6 +17,7 @@ from tessel_dsl.analysis import lower_bound
 from tessel_dsl.errors import SimulationError
 from tessel_dsl.ir import Link, Spec
 from tessel_dsl.limits import MAX_SIMULATED_INSTANCES
+from tessel_dsl.lower import declared_bytes
 from tessel_dsl.plan import Plan
 from tessel_dsl.plan_check import validate_plan
 from tessel_dsl.program import Op, Program
@@ -114,6 +115,7 @@ def _simulate(spec: Spec, programs: tuple[Program, ...], schedule: Schedule | No
         comm_hidden=hidden,
         transfers=len(engine.net.transfers),
         bytes_moved=sum(x.nbytes for x in engine.net.transfers),
+        bytes_from_memory=any(not declared_bytes(spec, x.block, x.dst) for x in engine.net.transfers),
         wait_per_device=tuple(s.wait for s in engine.states),
         peer_wait_per_device=tuple(s.peer_wait for s in engine.states),
         drift_max=dr[0] if dr else None,

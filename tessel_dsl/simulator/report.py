@@ -38,6 +38,8 @@ class Report:
     comm_hidden: float
     transfers: int
     bytes_moved: int
+    # Some transfer's size is its producer's memory delta, standing in for an undeclared tensor.
+    bytes_from_memory: bool
     # Idle inside a receive/wait until the tensor arrived (communication only).
     wait_per_device: tuple[float, ...]
     # Idle at a multi-device block until the block's other devices reached it.
@@ -123,6 +125,7 @@ class Report:
             "comm": {
                 "transfers": self.transfers,
                 "bytes": self.bytes_moved,
+                "bytes_from_memory": self.bytes_from_memory,
                 "total": r(self.comm_total),
                 "exposed": r(self.comm_exposed),
                 "hidden": r(self.comm_hidden),
@@ -242,7 +245,8 @@ METRIC_ROWS: tuple[tuple[str, Callable[[Report], str | None]], ...] = (
     ("steady-state period ({tu})", _period),
     ("lower bound ({tu})", lambda r: _t(r, r.lower_bound)),
     ("peak memory / M ({mu})", lambda r: _peak_vs_capacity(r)),
-    ("transfers", lambda r: f"{r.transfers} ({show_memory(r.bytes_moved, 1, 'B')})"),
+    ("transfers", lambda r: f"{r.transfers} ({show_memory(r.bytes_moved, 1, 'B')}"
+                            + (", memory deltas where no tensor is declared)" if r.bytes_from_memory else ")")),
     ("comm hidden / exposed ({tu})", lambda r: f"{_t(r, r.comm_hidden)} / {_t(r, r.comm_exposed)}"),
     ("start drift vs plan ({tu})", lambda r: None if r.drift_max is None else
      f"max {_t(r, r.drift_max)}, {r.drift_blocks} block(s) moved"),
