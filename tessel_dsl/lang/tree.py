@@ -107,7 +107,7 @@ class ToAst(Transformer):
             return BinOp(op, c[0], c[1], self._loc(meta))
         return f
 
-    add, sub, mul, div = _bin("+"), _bin("-"), _bin("*"), _bin("/")
+    add, sub, mul, div, mod = _bin("+"), _bin("-"), _bin("*"), _bin("/"), _bin("%")
     del _bin
 
     def neg(self, meta, c):

@@ -119,6 +119,11 @@ class Values:
             r = a - b
         elif e.op == "*":
             r = a * b
+        elif e.op == "%":
+            # (the remainder takes the divisor's sign, as in Python: `-1 % 8` is 7)
+            if b == 0:
+                raise self.error("bad-value", "modulo by zero", e.loc)
+            r = a % b
         else:
             if b == 0:
                 raise self.error("bad-value", "division by zero", e.loc)

@@ -82,6 +82,28 @@ def test_params_set_and_expressions():
     assert spec.params == (("D", "8"), ("H", "4"))
 
 
+def test_modulo_places_interleaved_chunks():
+    # chunk k of 8 on device k % 4, the way interleaved placements are written; a template name
+    # takes it too, and the remainder has the divisor's sign, as in Python
+    text = HEAD + ("param D = 4\nfor k in 0..7:\n    forward C{k} on k % D time 1\n"
+                   "forward X{9 % D} on (0 - 1) % D time 1\nforward Y on 3%2 time 7 % 4\n")
+    spec = parse(text)
+    assert [spec.block(f"C{k}").devices for k in range(8)] == [(0,), (1,), (2,), (3,)] * 2
+    assert spec.block("X1").devices == (3,)
+    assert spec.block("Y").devices == (1,) and spec.block("Y").time == 3
+    # `%` binds like `*` and `/`: 2 + 7 % 4 * 2 is 2 + ((7 % 4) * 2)
+    assert parse(HEAD + "forward Z on 0 time 2 + 7 % 4 * 2\n").block("Z").time == 8
+    assert parse(HEAD + "forward A on 0 time 1\nexpect bubble <= 30%\n").expectations[0].value == 0.3
+
+
+def test_modulo_by_zero_is_an_error_at_its_place():
+    with pytest.raises(SpecError) as info:
+        parse(HEAD + "forward A on 3 % 0 time 1\n", file="x.tsl")
+    (d,) = info.value.diagnostics
+    assert d.code == "bad-value" and "modulo by zero" in d.message
+    assert (d.location.line, d.location.column) == (3, 14)
+
+
 def test_param_without_value_takes_set():
     spec = parse("param D\ndevices D\nmemory 4\nforward A on 0 time 1\n", sets={"D": "2"})
     assert spec.devices == 2
