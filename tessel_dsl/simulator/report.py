@@ -245,8 +245,9 @@ METRIC_ROWS: tuple[tuple[str, Callable[[Report], str | None]], ...] = (
     ("steady-state period ({tu})", _period),
     ("lower bound ({tu})", lambda r: _t(r, r.lower_bound)),
     ("peak memory / M ({mu})", lambda r: _peak_vs_capacity(r)),
-    ("transfers", lambda r: f"{r.transfers} ({show_memory(r.bytes_moved, 1, 'B')}"
-                            + (", memory deltas where no tensor is declared)" if r.bytes_from_memory else ")")),
+    ("transfers", lambda r: f"{r.transfers} ({show_memory(r.bytes_moved, 1, 'B')})"),
+    # (a size no edge declares is its producer's memory delta: say so, not present it as traffic)
+    ("transfer sizes", lambda r: "memory deltas" if r.bytes_from_memory else None),
     ("comm hidden / exposed ({tu})", lambda r: f"{_t(r, r.comm_hidden)} / {_t(r, r.comm_exposed)}"),
     ("start drift vs plan ({tu})", lambda r: None if r.drift_max is None else
      f"max {_t(r, r.drift_max)}, {r.drift_blocks} block(s) moved"),

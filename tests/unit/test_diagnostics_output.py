@@ -25,21 +25,21 @@ def test_diagnostics_on_a_pipe_are_never_wrapped(tmp_path, capsys):
 
 
 def test_a_syntax_error_on_a_long_line_echoes_a_window_around_the_column():
-    line = "forward A on 0 time 1 " + "memory 1 " * 1000 + "% " + "x" * 10_000
+    line = "forward A on 0 time 1 " + "memory 1 " * 1000 + "! " + "x" * 10_000
     with pytest.raises(TslSyntaxError) as info:
         parse(f"devices 1\nmemory 4\n{line}\n", "s.tsl")
     text = str(info.value)
     assert len(text) < 400, len(text)  # it echoed all 19,000 characters
     echoed, caret = text.splitlines()[1:3]
-    assert caret.index("^") == echoed.index("%")
+    assert caret.index("^") == echoed.index("!")
     assert echoed.strip().startswith("...") and echoed.endswith("...")
-    assert text.startswith(f"s.tsl:3:{line.index('%') + 1}: syntax error: unexpected character '%'")
+    assert text.startswith(f"s.tsl:3:{line.index('!') + 1}: syntax error: unexpected character '!'")
 
 
 def test_a_short_line_is_echoed_whole():
     with pytest.raises(TslSyntaxError) as info:
-        parse("devices 1\nmemory 4\nforward A on 0 time 1 %\n", "s.tsl")
-    assert "\n    forward A on 0 time 1 %\n" + " " * 4 + " " * 22 + "^" in str(info.value)
+        parse("devices 1\nmemory 4\nforward A on 0 time 1 !\n", "s.tsl")
+    assert "\n    forward A on 0 time 1 !\n" + " " * 4 + " " * 22 + "^" in str(info.value)
 
 
 def test_cannot_read_names_the_file_and_no_blocks_its_line(tmp_path):
