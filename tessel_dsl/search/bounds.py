@@ -60,9 +60,15 @@ from tessel_dsl.analysis import chains
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.lags import edge_lags
 
-# [spec, microbatches, bound, (sharper bound, its device) or None] of the last call: a search asks
-# several times
+# [spec, microbatches, bound, (sharper bound, its devices) or None] of the last few (spec, N) asked:
+# a search asks several times, and in between about the specs it derives (two copies unrolled),
+# so one entry would make it solve the device relaxations again
 _LAST: list = []
+_KEEP = 4
+
+
+def _entry(spec: Spec, microbatches: int) -> list | None:
+    return next((e for e in _LAST if e[0] is spec and e[1] == microbatches), None)
 
 
 def makespan_bound(spec: Spec, microbatches: int, above: int | None = None) -> int:
@@ -72,18 +78,20 @@ def makespan_bound(spec: Spec, microbatches: int, above: int | None = None) -> i
     relaxations (`devrelax.py`, CP-SAT solves on a small deterministic budget) are also tried, and
     the larger is returned: they can only matter when they could prove that schedule optimal, and
     they cost up to a few seconds of CPU, so they are not paid for where the cheap bounds settle it."""
-    if not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches):
-        _LAST[:] = [spec, microbatches, _makespan_bound(spec, microbatches), None]
-    if above is None or above <= _LAST[2]:
-        return _LAST[2]
-    if _LAST[3] is None:
+    got = _entry(spec, microbatches)
+    if got is None:
+        got = [spec, microbatches, _makespan_bound(spec, microbatches), None]
+        _LAST[:] = [*_LAST[-(_KEEP - 1):], got]
+    if above is None or above <= got[2]:
+        return got[2]
+    if got[3] is None:
         from tessel_dsl.search.devrelax import device_relaxation
 
-        _LAST[3] = device_relaxation(spec, microbatches)
+        got[3] = device_relaxation(spec, microbatches)
     from tessel_dsl.search.heldcuts import cached
 
     cut = cached(spec, microbatches)  # the whole schedule with memory as cuts, when it was solved
-    return max(_LAST[2], _LAST[3][0], cut.bound if cut is not None else 0)
+    return max(got[2], got[3][0], cut.bound if cut is not None else 0)
 
 
 def source_notes(spec: Spec, microbatches: int, stated: int, unit: int = 1) -> tuple:
@@ -94,9 +102,10 @@ def source_notes(spec: Spec, microbatches: int, stated: int, unit: int = 1) -> t
     from tessel_dsl.search.heldcuts import cached
     from tessel_dsl.search.notes import note
 
-    if not (_LAST and _LAST[0] is spec and _LAST[1] == microbatches):
+    got = _entry(spec, microbatches)
+    if got is None:
         return ()
-    cheap, (device_bound, devices) = _LAST[2], _LAST[3] if _LAST[3] is not None else (0, ())
+    cheap, (device_bound, devices) = got[2], got[3] if got[3] is not None else (0, ())
     cut = cached(spec, microbatches)
     said = ()
     if device_bound > cheap and device_bound == stated:

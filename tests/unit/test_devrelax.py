@@ -186,3 +186,19 @@ def test_the_plan_names_the_devices_of_its_bound():
     assert [x.kind for x in said] == ["bound-devices"]
     assert said[0].values["devices"] == [0, 1, 2, 3, 7]
     assert "lower bound 1416 is devices 0, 1, 2, 3, 7 together" in render(said)
+
+
+def test_the_relaxations_are_kept_across_another_spec_asked_in_between(monkeypatch):
+    # A search asks about the spec, then about a spec it derives (two copies unrolled), then about
+    # the spec again: the relaxations of the first are not solved twice.
+    from tessel_dsl.search import devrelax
+
+    one = parse_file(ROOT / "bench/specs/real/zerobubble8.tsl", sets={"MEM": "12"})
+    other = parse_file(ROOT / "bench/specs/real/zerobubble8.tsl", sets={"MEM": "14"})
+    monkeypatch.setattr(bounds, "_LAST", [])
+    called = []
+    monkeypatch.setattr(devrelax, "device_relaxation", lambda s, n: called.append((s, n)) or (2104, (0,)))
+    assert makespan_bound(one, 8, above=2300) == 2104
+    makespan_bound(other, 8, above=9999)
+    assert makespan_bound(one, 8, above=2300) == 2104
+    assert called == [(one, 8), (other, 8)]
