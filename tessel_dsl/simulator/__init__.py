@@ -115,7 +115,9 @@ def _simulate(spec: Spec, programs: tuple[Program, ...], schedule: Schedule | No
         comm_hidden=hidden,
         transfers=len(engine.net.transfers),
         bytes_moved=sum(x.nbytes for x in engine.net.transfers),
-        bytes_from_memory=any(not declared_bytes(spec, x.block, x.dst) for x in engine.net.transfers),
+        # (each producer and destination once: a long run repeats them for every micro-batch)
+        bytes_from_memory=any(not declared_bytes(spec, block, dst)
+                              for block, dst in {(x.block, x.dst) for x in engine.net.transfers}),
         wait_per_device=tuple(s.wait for s in engine.states),
         peer_wait_per_device=tuple(s.peer_wait for s in engine.states),
         drift_max=dr[0] if dr else None,
