@@ -47,7 +47,7 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     imports nothing from the driver that calls it. `per_mb_cap` (optional): only periods per
     micro-batch below it can beat the best plan in hand (`incumbent.useful_cap`). `device_chains`:
     also use the exact chain model on device chains beyond one stage per device (`devchain.py`)."""
-    from tessel_dsl.search.copies import fold, unroll
+    from tessel_dsl.search.copies import fold
 
     info = result.info
     per_mb = Fraction(info.period) if info.period else None
@@ -80,14 +80,14 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
             if find is None:  # no k-copy period below the best per micro-batch was found
                 tried, proven_all = k, proven_all and settled
                 continue
-            r = search_one(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock,
+            r = search_one(_unrolled(spec, k, n), -(-n // k), solver=solver, method=method, clock=clock,
                            progress=progress, find=find)
         else:
             # Only periods below k times the best per micro-batch can help: the walk stops there
             # (it used to bisect up to the one-micro-batch repetend's period, on full budgets).
             cap = -(-(k * per_mb).numerator // (k * per_mb).denominator)
-            r = search_one(unroll(spec, k), -(-n // k), solver=solver, method=method, clock=clock, progress=progress,
-                           find=partial(find_repetend, cap=cap))
+            r = search_one(_unrolled(spec, k, n), -(-n // k), solver=solver, method=method, clock=clock,
+                           progress=progress, find=partial(find_repetend, cap=cap))
         if r.info.method == "direct":
             break
         tried, proven_all = k, proven_all and r.info.period_proven
@@ -132,6 +132,16 @@ def with_copies(spec: Spec, n: int, result: SearchResult, *, search_one: Callabl
     return replace(best, info=replace(
         out, copies=tried, period_proven=period_proven, proven=period_proven and out.proven,
         makespan_bound=bound))
+
+
+def _unrolled(spec: Spec, k: int, n: int) -> Spec:
+    """`spec` with `k` copies unrolled, its makespan bound at ceil(n / k) taken from `spec`'s at n."""
+    from tessel_dsl.search.bounds import derives
+    from tessel_dsl.search.copies import unroll
+
+    out = unroll(spec, k)
+    derives(out, -(-n // k), spec, n)
+    return out
 
 
 def _chain_finder(spec: Spec, k: int, per_mb: Fraction, *, solver: str, clock: Clock):

@@ -7,7 +7,8 @@ dependency chains before them, lags included), and ``s_L`` the start of the last
 ``d`` that takes memory, over all micro-batches. Split the instances of ``d``'s blocks by start:
 
 * **before X** nothing has been given back, so the memory taken by the blocks started by then is
-  at most ``C`` (the validator checks the running sum at each start). Their time is at most a
+  at most ``C`` (the validator checks the running sum at each start); in fact at most the most
+  that sums of the micro-batches' holdings make within ``C`` (`membound.room`). Their time is at most a
   fractional knapsack: up to ``N`` copies of each taking block whose head is below ``X``, time
   as value and memory as weight, within ``C``; plus the blocks that neither take nor free;
 * **from X to s_L** they run one at a time between ``X`` and the end of the last taking block,
@@ -24,7 +25,7 @@ micro-batch). Hence
 It counts what the per-device bounds do not: a device with little memory runs out of forwards
 to do long before the first backward reaches it, and at the end it has only so many backwards
 left once it takes no more. On the zoo's 405B model interleaved over 32 devices (two chunks of 2
-layers each, 52 GB) it lifts the makespan bound of 64 micro-batches from 16065 to 17905 ms, where
+layers each, 52 GB) it lifts the makespan bound of 64 micro-batches from 16065 to 17967 ms, where
 the best plan known takes 19209 ms; on the chains of one stage per device the other memory bounds
 are sharper. Small specs against the time-optimal solve: tests/unit/test_memfill.py.
 """
@@ -35,6 +36,7 @@ from fractions import Fraction
 from tessel_dsl.analysis import chains
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.lags import edge_lags
+from tessel_dsl.search.membound import room as device_room
 
 
 def fill_bound(spec: Spec, microbatches: int) -> int:
@@ -48,7 +50,7 @@ def fill_bound(spec: Spec, microbatches: int) -> int:
         on = spec.blocks_on(d)
         take = [b for b in on if b.memory > 0]
         give = [b for b in on if b.memory < 0]
-        room = spec.capacity(d)
+        room = device_room(spec, d)  # the capacity less what no micro-batches' sum can fill
         if not take or sum(b.memory for b in on) != 0 or microbatches * sum(b.memory for b in take) <= room:
             continue
         first_free = min(head[b.name] for b in give)

@@ -7,7 +7,7 @@ of D, D/2, ... 1 (`_played_interleaved`). The set size decides how long a chunk'
 for the chunk after it on the same device, so the powers of two are not the only good sizes: on
 the zoo's Llama-3-405B interleaved over 32 devices (N = 64, 52 GB for activations) sets of 22
 micro-batches give 19209 ms against 20263 for the baseline's best (sets of 16); the makespan bound
-is 17905 (`memfill.py`).
+is 17967 (`memfill.py`).
 
 Every size from 1 to the number of groups is played out; the shortest schedule that fits memory
 is kept when it is strictly shorter than the baseline's. Cost: one play and one compaction per

@@ -202,3 +202,24 @@ def test_the_relaxations_are_kept_across_another_spec_asked_in_between(monkeypat
     makespan_bound(other, 8, above=9999)
     assert makespan_bound(one, 8, above=2300) == 2104
     assert called == [(one, 8), (other, 8)]
+
+
+def test_an_unrolled_spec_takes_its_parents_bound_without_solving_its_own(monkeypatch):
+    # The copies search unrolls two micro-batches into one (`kcopy._unrolled`); every schedule of
+    # that spec at ceil(N / 2) folds into one of the spec at N, so the spec's bound holds for it.
+    # Only the spec's own relaxations are solved; and the bound stays below what TO proves for
+    # the unrolled spec itself (an independent exact model).
+    from tessel_dsl.search import devrelax
+    from tessel_dsl.search.kcopy import _unrolled
+
+    spec = parse_file(ROOT / "bench/specs/real/zerobubble8.tsl", sets={"MEM": "12"})
+    monkeypatch.setattr(bounds, "_LAST", [])
+    solved = []
+    real = devrelax.device_relaxation
+    monkeypatch.setattr(devrelax, "device_relaxation", lambda s, n: solved.append((len(s.blocks), n)) or real(s, n))
+    two = _unrolled(spec, 2, 7)
+    assert makespan_bound(two, 4, above=2300) == makespan_bound(spec, 7, above=2300) > makespan_bound(two, 4)
+    assert solved == [(len(spec.blocks), 7)]
+    small = _unrolled(spec, 2, 3)
+    to = optimal(small, 2, effort=30)
+    assert to.info.proven and makespan_bound(small, 2, above=10**6) <= to.schedule.makespan(small)

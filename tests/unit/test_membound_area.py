@@ -7,15 +7,15 @@ import pytest
 
 from tessel_dsl.ir import Block, Edge, Kind, Spec
 from tessel_dsl.search.bounds import makespan_bound
-from tessel_dsl.search.membound import areas, holdings, memory_period_bound, paced_bound
+from tessel_dsl.search.membound import areas, fillable, holdings, memory_period_bound, paced_bound
 from tessel_dsl.search.optimal import optimal
 from tests.unit.test_membound import chain
 
 
-def two_chunks(memory: int, inner: int = 1, n: int = 4) -> Spec:
+def two_chunks(memory: int, inner: int = 1, n: int = 4, outer: int = 1) -> Spec:
     """Two devices, two chunks each (F0 F1 F2 F3 on devices 0 1 0 1, backwards retracing them),
-    every block 1 long; device 0 keeps 1 from F0 until B0 and `inner` from F2 until B2."""
-    dev, mem = [0, 1, 0, 1], [1, 0, inner, 0]
+    every block 1 long; device 0 keeps `outer` from F0 until B0 and `inner` from F2 until B2."""
+    dev, mem = [0, 1, 0, 1], [outer, 0, inner, 0]
     blocks = [Block(f"F{i}", Kind.FORWARD, (dev[i],), 1, mem[i]) for i in range(4)]
     blocks += [Block(f"B{i}", Kind.BACKWARD, (dev[i],), 1, -mem[i], forward=f"F{i}") for i in range(4)]
     edges = [Edge(f"F{i}", f"F{i + 1}") for i in range(3)] + [Edge("F3", "B3")]
@@ -48,6 +48,47 @@ def test_nested_holdings_hand_worked():
         assert r.info.proven and r.schedule.makespan(spec) == 6 * n + 2
 
 
+def test_memory_time_counts_only_the_memory_a_device_can_fill():
+    # The hand-worked case above with every size doubled and one unit of memory more (M = 5): a
+    # micro-batch holds 0, 2 or 4 on device 0, so no moment finds more than 4 in use and the
+    # unit left over can't be filled. The schedules are exactly those of the case above, and so
+    # are the optimum (6 N + 2) and the bound: memory-time 20 a micro-batch over 4, not 5.
+    spec = two_chunks(5, inner=2, outer=2)
+    got = {a.device: a for a in areas(spec)}
+    assert (got[0].area, got[0].capacity) == (20, 4)
+    assert memory_period_bound(spec) == 5
+    assert [makespan_bound(spec, n) for n in (4, 5, 6)] == [makespan_bound(two_chunks(2), n) for n in (4, 5, 6)]
+    assert [got[0].makespan(n) for n in (4, 5, 6)] == [21, 26, 31]  # over 5: 17, 21, 25
+    r = optimal(spec, 3, effort=30)
+    assert r.info.proven and r.schedule.makespan(spec) == 6 * 3 + 2
+
+
+@pytest.mark.parametrize(("levels", "capacity", "fill"), [
+    ({0, 235, 470}, 1400, 1175),      # two chunks of 2.35 GB in 14 GB: five, not 5.96
+    ({235, 470, 1100, 630}, 1400, 1335),  # a chunk and a head's logits beside it
+    ({6, 10, 15}, 29, 28),            # 6 + 6 + 6 + 10, no sum makes 29
+    ({7}, 7, 7),
+])
+def test_fillable_is_the_largest_sum_of_levels_within_capacity(levels, capacity, fill):
+    assert fillable(levels, capacity) == fill
+
+
+def test_fillable_against_enumeration():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        levels = {rng.randint(0, 40) for _ in range(rng.randint(0, 3))} | {rng.randint(1, 40)}
+        capacity = rng.randint(min(levels - {0}), 200)  # one micro-batch fits (else refused before)
+        sums = {0}
+        while True:
+            grown = sums | {s + v for s in sums for v in levels if s + v <= capacity}
+            if grown == sums:
+                break
+            sums = grown
+        assert fillable(levels, capacity) == max(sums), (levels, capacity)
+
+
 def test_bound_meets_the_optimum_where_memory_decides():
     # Chain of 4 stages, forwards 4 3 4 3 (backwards twice), M=2 on every device, N=3. Device 0
     # holds a micro-batch from F0's start to B0's end, at least the whole chain 3 * 14 = 42, two
@@ -65,6 +106,7 @@ CASES = [
     (two_chunks(3), (2, 4)),
     (two_chunks(3, inner=2), (2, 3, 4)),
     (two_chunks(4), (3, 5)),
+    (two_chunks(7, inner=4, outer=2), (2, 3)),
     (chain([4, 3, 4, 3], 2), (2, 4, 6)),
     (chain([4, 3, 4, 3], 3), (4, 6)),
     (chain([4, 3, 4, 3, 4, 3], 3), (5,)),
