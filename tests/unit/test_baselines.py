@@ -7,6 +7,7 @@ import pytest
 
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Block, Edge, Kind, Mode, Spec
+from tessel_dsl.lang.parser import parse
 from tessel_dsl.search.baselines import BY_NAME, NotApplicable, build
 from tessel_dsl.search.baselines.compare import baseline_row
 from tessel_dsl.validate import validate
@@ -411,6 +412,25 @@ def test_1f1b_plus_runs_tensor_parallel_stages_with_blocks_shared_by_all():
 def test_1f1b_refuses_a_device_in_two_stages():
     spec = _chain([((0,), [1]), ((1,), [1]), ((0,), [1])], n=2, m=3)
     with pytest.raises(NotApplicable, match="device 0 holds two stages"):
+        build(spec, "1f1b")
+
+
+def test_two_stages_on_a_device_are_named_whole():
+    # An embedding with chunk 0 on device 0, and chunk 2 there too (interleaved): the stages
+    # on device 0 are E..C0 and C2, not "E and C2".
+    spec = parse("""
+placement il
+devices 2
+memory 10
+microbatches 2
+mode train
+forward E on 0 time 1 memory 1
+for k in 0..3:
+    forward C{k} on k % 2 time 1 memory 1
+E -> chain(C{k} for k in 0..3)
+derive backward
+""")
+    with pytest.raises(NotApplicable, match=r"device 0 holds two stages \(E\.\.C0 and C2\)"):
         build(spec, "1f1b")
 
 

@@ -204,6 +204,12 @@ def find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None =
         return _fold(spec, stages, sides)
 
 
+def _stage(names: list[str]) -> str:
+    """A stage as a user reads it: its one block, or its first and last (an embedding with the
+    first layer is "E..C0", where "E" alone would read as a stage of its own)."""
+    return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
+
+
 def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None = None) -> tuple[GroupStage, ...]:
     """`find_stages` on the placement as written.
 
@@ -221,7 +227,8 @@ def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None 
     if not fwd:
         raise NotApplicable(f"{need}; there is no forward block")
     reach = reachable(spec)
-    owner: dict[int, str] = {}
+    owner: dict[int, str] = {}  # device -> the first block of its stage
+    stage: dict[int, str] = {}  # ... and the stage as `_stage` names it
     for devs, names in fwd:
         for d in devs:
             if d in owner:
@@ -234,8 +241,8 @@ def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None 
                     shown = ",".join(map(str, sorted(spec.block(multi).devices)))
                     raise NotApplicable(f"{need}; block {multi} runs on devices {shown} (1f1b+ handles such "
                                         f"blocks): device {d} also runs {owner[d] if multi != owner[d] else names[0]}")
-                raise NotApplicable(f"{need}; device {d} holds two stages ({owner[d]} and {names[0]})")
-            owner[d] = names[0]
+                raise NotApplicable(f"{need}; device {d} holds two stages ({stage[d]} and {_stage(names)})")
+            owner[d], stage[d] = names[0], _stage(names)
     flat = [n for _, names in fwd for n in names]
     if not _ordered(flat, reach):
         raise NotApplicable(f"{need}; the forward blocks {', '.join(flat)} do not form one sequence (they branch)")
