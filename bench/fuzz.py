@@ -85,12 +85,13 @@ def _qty(r: random.Random) -> str:
 
 def _name(r: random.Random) -> str:
     base = r.choice(["F", "B", "G", "I", "W", "X", "emb", "head"])
-    return base + r.choice(["", "0", "1", "{i}", "{i+1}", "{D-1-i}", "{j}", str(r.randint(0, 20))])
+    return base + r.choice(["", "0", "1", "{i}", "{i+1}", "{D-1-i}", "{j}", str(r.randint(0, 20)), "{i % 2}",
+                            "{k % 0}", "{(i - 3) % D}"])
 
 
 def _devset(r: random.Random) -> str:
     return r.choice(["0", "1", "i", "all", "0..3", "[0, 2]", "D-1", "0..D-1", "[" + ",".join(["0"] * r.randint(1, 9)) + "]",
-                     _num(r), f"{_num(r)}..{_num(r)}"])
+                     _num(r), f"{_num(r)}..{_num(r)}", "i % D", "i % 0", "(i + 1) % -2", f"{_num(r)} % {_num(r)}"])
 
 
 def _block(r: random.Random) -> str:
@@ -175,9 +176,22 @@ def plain_lines_spec(r: random.Random) -> str:
     return "\n".join(lines) + "\n"
 
 
+def remainder_spec(r: random.Random) -> str:
+    """An interleaved chain placed with `%`, well-formed but for the numbers: so the remainder is
+    evaluated (by zero, negative, huge, fractional) rather than stopped at the syntax."""
+    chunks, devices = r.choice(["8", "4", _num(r)]), r.choice(["4", "2", _num(r)])
+    place = r.choice(["k % D", "k % 0", "(k + 1) % -2", f"k % {_num(r)}", f"{_num(r)} % D", "(D - 1 - k) % D"])
+    name = r.choice(["C{k}", "C{k % D}", "C{k % 2}"])
+    return (f"placement rem\nparam D = {devices}\ndevices D\nmemory 8\nmicrobatches 2\nmode train\n"
+            f"for k in 0..{chunks}-1:\n    forward {name} on {place} time 1 memory 1 grad time 2\n"
+            f"chain(C{{k}} for k in 0..{chunks}-1)\nderive backward\n")
+
+
 def generated_spec(r: random.Random) -> tuple[str, dict]:
     if r.random() < 0.05:
         return plain_lines_spec(r), {}
+    if r.random() < 0.05:
+        return remainder_spec(r), {}
     lines = [f"placement p{r.randint(0, 9)}"]
     if r.random() < 0.8:
         lines.append(f"param D = {r.choice(['2', '4', _num(r)])}")

@@ -65,9 +65,12 @@ def derive_backward(blocks: list[Block], edges: list[Edge], ratio: tuple[str, Nu
             written.setdefault(b.forward, b.name)
     derived: dict[str, str] = {}
     new_blocks = list(blocks)
+    seen: dict[str, int] = {}
+    for b in blocks:
+        seen[b.name] = seen.get(b.name, 0) + 1
     for f in reversed(blocks):  # backward runs in reverse, so list it that way too
-        if f.kind is not Kind.FORWARD or f.name in written:
-            continue
+        if f.kind is not Kind.FORWARD or f.name in written or seen[f.name] > 1:
+            continue  # (a name declared twice is reported once, as such, by the spec check)
         opt = options.get(f.name)
         bname = backward_name(f.name, opt.grad_name if opt else None)
         if bname in names:

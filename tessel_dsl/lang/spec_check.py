@@ -125,8 +125,14 @@ def _blocks(spec: Spec) -> list[Diagnostic]:
     by_name = {}
     for b in spec.blocks:
         by_name.setdefault(b.name, b)
+    again: set[str] = set()
     for b in spec.blocks:
-        if b.name in seen:
+        if b.name in seen and seen[b.name] and seen[b.name] == b.span:
+            if b.name not in again:  # one line made it more than once: a loop whose name repeats
+                out.append(Diagnostic("duplicate-name", f"block {b.name} is declared more than once by this line (in a "
+                                      "loop, or a shape used twice, its name must differ each time)", b.span))
+            again.add(b.name)
+        elif b.name in seen:
             where = f" (first at {seen[b.name]})" if seen[b.name] else ""
             out.append(Diagnostic("duplicate-name", f"block {b.name} is declared twice{where}", b.span))
         seen.setdefault(b.name, b.span)

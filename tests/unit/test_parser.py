@@ -254,6 +254,21 @@ def test_all_problems_reported_together():
     assert codes == ["unset-param", "device-range", "non-positive-time", "duplicate-name", "unknown-name"]
 
 
+def test_a_loop_that_repeats_a_name_is_reported_once_per_name_at_its_line():
+    # `C{k % 2}` in a loop of 8: C0 and C1 four times each. Two errors at the loop's line, not
+    # one per repeat pointing at itself as "first at", and no derived-backward clash on top.
+    text = HEAD + ("for k in 0..7:\n    forward C{k % 2} on k % 4 time 1\n"
+                   "forward A on 0 time 1\nforward A on 1 time 1\nderive backward\n")
+    with pytest.raises(SpecError) as info:
+        parse(text, file="x.tsl")
+    got = [(d.code, d.location.line, d.message) for d in info.value.diagnostics]
+    loop_line = HEAD.count("\n") + 2
+    assert got[:2] == [("duplicate-name", loop_line, f"block C{i} is declared more than once by this line (in a "
+                        "loop, or a shape used twice, its name must differ each time)") for i in (0, 1)]
+    assert [(c, line) for c, line, _ in got[2:]] == [("duplicate-name", loop_line + 2)]
+    assert "first at x.tsl:" in got[2][2]
+
+
 def test_unknown_set_and_bad_mode():
     with pytest.raises(SpecError) as info:
         parse(HEAD + "forward A on 0 time 1\n", sets={"Q": "3"}, mode="sideways")
