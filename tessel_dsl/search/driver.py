@@ -34,7 +34,7 @@ from tessel_dsl.search.heldcuts import CUT_EFFORT, adopt, held_cuts
 from tessel_dsl.search.kcopy import with_copies
 from tessel_dsl.search.membound import memory_period_bound
 from tessel_dsl.search.modulo import POLISH_EFFORT
-from tessel_dsl.search.notes import Note, note
+from tessel_dsl.search.notes import Note, budget_verdict, note
 from tessel_dsl.search.period_walk import modulo_search
 from tessel_dsl.search.repetend import (
     Counters,
@@ -270,7 +270,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
 
     Phases: a direct solve when memory grows with every micro-batch (`direct.direct_search`); else the
     repetend, its warmup and cooldown (`_complete`), the extension to N with finishing, or below
-    N_R one solve of the N micro-batches (`_below_nr`); then what is proven (`_verdict`)."""
+    N_R one solve of the N micro-batches (`_below_nr`); then what is proven (`notes.budget_verdict`)."""
     counters = Counters()
     lower = lower_bound(spec)
     best: list[int | None] = [None]
@@ -322,7 +322,7 @@ def _search(spec: Spec, n: int, *, solver: str, method: str, clock: Clock,
     # So is one an exact solve of the whole schedule proved shortest (`proofs`).
     bound = makespan_bound(spec, n, above=sched.makespan(spec))  # (the sharper one only if it can matter)
     at_bound = sched.makespan(spec) <= bound
-    verdict = _verdict(counters.cuts, at_bound, proofs)
+    verdict = budget_verdict(counters.cuts, at_bound, proofs)
     notes += [verdict] if verdict is not None else []
     at_bound = at_bound or bool(proofs)
     proven = period_proven and (at_bound or (not counters.cuts and not truncated))
@@ -394,15 +394,3 @@ def _below_nr(spec: Spec, parts: Parts, n: int, *, solver: str, clock: Clock, co
         truncated = sched.makespan(spec) > bound
         return sched, truncated, note("below-nr-seed", too_large=too_large, truncated=truncated, **seed)
     return sched, False, note("below-nr-solved", optimal=got == "optimal", **seed)
-
-
-def _verdict(cuts: list[str], at_bound: bool, proofs: list[str]) -> Note | None:
-    """What the budget cuts (if any) mean for the schedule: unproven, or optimal all the same
-    because it reaches the makespan bound or a solve of the whole schedule proved it shortest."""
-    if cuts and not at_bound and not proofs:
-        return note("cut-unproven", cuts=tuple(cuts))
-    if cuts and at_bound:
-        return note("cut-at-bound", cuts=tuple(cuts))
-    if cuts:
-        return note("cut-but-proved", proof=proofs[0], cuts=tuple(cuts))
-    return None

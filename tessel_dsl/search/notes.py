@@ -165,3 +165,15 @@ def _sentence(n: Note) -> str:
 def render(notes: Iterable[Note]) -> str:
     """The notes as one line of English, in order, joined by "; "."""
     return "; ".join(_sentence(n) for n in notes)
+
+
+def budget_verdict(cuts: list[str], at_bound: bool, proofs: list[str]) -> Note | None:
+    """What the budget cuts (if any) mean for the schedule: unproven, or optimal all the same
+    because it reaches the makespan bound or a solve of the whole schedule proved it shortest."""
+    if cuts and not at_bound and not proofs:
+        return note("cut-unproven", cuts=tuple(cuts))
+    if cuts and at_bound:
+        return note("cut-at-bound", cuts=tuple(cuts))
+    if cuts:
+        return note("cut-but-proved", proof=proofs[0], cuts=tuple(cuts))
+    return None
