@@ -37,8 +37,26 @@ def summarize(spec) -> dict:
         # What bounds the schedule on each device: its memory less what is reserved there.
         "capacities": list(spec.capacities),
         "reserved_per_device": [spec.reserved_on(d) for d in range(spec.devices)],
+        # The period per micro-batch memory alone allows (how long a micro-batch holds memory
+        # against how many a device holds): above `lower_bound`, memory sets the pace, not work.
+        "memory_period_bound": _memory_period(spec),
         "warnings": [str(w) for w in spec.warnings],
     }
+
+
+CHECK_BOUND_MAX_BLOCKS = 2000  # above this many blocks `check` skips the memory bound (it walks
+# each block's dependency closure; `check` stays fast on the 100,000-block specs it is timed on)
+
+
+def _memory_period(spec) -> float | None:
+    """`search.membound.memory_period_bound` (pure Python, no solver), rounded down to 0.1 of a
+    time unit so that it stays a lower bound; None above `CHECK_BOUND_MAX_BLOCKS` blocks."""
+    if len(spec.blocks) > CHECK_BOUND_MAX_BLOCKS:
+        return None
+    from tessel_dsl.search.membound import memory_period_bound
+
+    bound = memory_period_bound(spec)
+    return (bound * 10).__floor__() / 10
 
 
 # The per-device table of `tessel check`: (title, justify, cell of device d in a summary).
@@ -85,6 +103,10 @@ def render(summary: dict) -> None:
     console.print(table)
     console.print(f"lower bound of the repetend period: [bold]{time_in(s['units'], s['lower_bound'])}[/] "
                   "(busiest device's work per micro-batch)")
+    mem = s.get("memory_period_bound")
+    if mem is not None and mem > s["lower_bound"]:
+        console.print(f"memory allows no period shorter than [bold]{time_in(s['units'], mem)}[/] per micro-batch, "
+                      f"above the {time_in(s['units'], s['lower_bound'])} of work: memory, not compute, sets the pace")
     caps = s["capacities"]
     under = (f"memory {memory_in(s['units'], caps[0])}" if len(set(caps)) == 1
              else "each device's capacity")

@@ -103,3 +103,30 @@ def test_max_in_flight_is_shown_per_device():
     # inference keeps nothing between passes: memory sets no limit on any device
     data = json.loads(tessel("specs/mshape.tsl", "--mode", "infer", "--json").stdout)
     assert data["max_inflight_per_device"] == [None] * data["devices"]
+
+
+def test_memory_that_sets_the_pace_is_said_before_any_search():
+    # bench/specs/real/memchain.tsl: device 0 holds a micro-batch at least 282 ms, 6 at a time:
+    # 47 ms per micro-batch, above the busiest stage's 45 ms of work (docs/search.md, step 1)
+    r = tessel("bench/specs/real/memchain.tsl", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert (data["lower_bound"], data["memory_period_bound"]) == (45, 47.0)
+    r = tessel("bench/specs/real/memchain.tsl")
+    said = " ".join(r.stdout.split())
+    assert "memory allows no period shorter than 47 ms per micro-batch, above the 45 ms of work" in said
+    # where memory binds less than work (the M-shape: 4.6 against 6), nothing is said
+    r = tessel("specs/mshape.tsl", "--json")
+    assert json.loads(r.stdout)["memory_period_bound"] == 4.6
+    assert "memory allows" not in tessel("specs/mshape.tsl").stdout
+
+
+def test_the_memory_bound_is_skipped_on_very_large_specs():
+    from tessel_dsl.cli.check import CHECK_BOUND_MAX_BLOCKS, summarize
+    from tessel_dsl.lang.parser import parse
+
+    text = "devices 2\nmemory 4\nfor i in 0..{}:\n    forward F{{i}} on i % 2 time 1\n"
+    big = parse(text.format(CHECK_BOUND_MAX_BLOCKS))
+    assert len(big.blocks) == CHECK_BOUND_MAX_BLOCKS + 1 and summarize(big)["memory_period_bound"] is None
+    small = parse(text.format(3))
+    assert summarize(small)["memory_period_bound"] is not None
