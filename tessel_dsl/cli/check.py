@@ -6,6 +6,7 @@ to run on every save.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -55,8 +56,7 @@ def _memory_period(spec) -> float | None:
         return None
     from tessel_dsl.search.membound import memory_period_bound
 
-    bound = memory_period_bound(spec)
-    return (bound * 10).__floor__() / 10
+    return math.floor(memory_period_bound(spec) * 10) / 10
 
 
 # The per-device table of `tessel check`: (title, justify, cell of device d in a summary).

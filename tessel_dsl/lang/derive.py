@@ -17,6 +17,7 @@ edges between two written-out blocks are left to the user.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from tessel_dsl.errors import Diagnostic
@@ -65,9 +66,7 @@ def derive_backward(blocks: list[Block], edges: list[Edge], ratio: tuple[str, Nu
             written.setdefault(b.forward, b.name)
     derived: dict[str, str] = {}
     new_blocks = list(blocks)
-    seen: dict[str, int] = {}
-    for b in blocks:
-        seen[b.name] = seen.get(b.name, 0) + 1
+    seen = Counter(b.name for b in blocks)
     for f in reversed(blocks):  # backward runs in reverse, so list it that way too
         if f.kind is not Kind.FORWARD or f.name in written or seen[f.name] > 1:
             continue  # (a name declared twice is reported once, as such, by the spec check)

@@ -194,13 +194,14 @@ def _ideal_sums(spec: Spec, on: list[str], reach: dict[str, frozenset[str]]) -> 
             if all(below[i] & ~s == 0 for i in range(len(on)) if s >> i & 1)}
 
 
-def room(spec: Spec, d: int) -> int:
+def room(spec: Spec, d: int, reach: dict[str, frozenset[str]] | None = None) -> int:
     """The most memory device `d` can have in use at once: its capacity, less what no sum of the
-    micro-batches' holdings can fill (`fillable`; module text, "Memory-time")."""
+    micro-batches' holdings can fill (`fillable`; module text, "Memory-time"). `reach`: the
+    spec's `analysis.reachable`, when the caller has it."""
     on = [b.name for b in spec.blocks_on(d)]
     if len(on) > ENUMERATE_MAX:
         return spec.capacity(d)
-    levels = set(_ideal_sums(spec, on, reachable(spec)).values())
+    levels = set(_ideal_sums(spec, on, reachable(spec) if reach is None else reach).values())
     if min(levels) < 0:
         return spec.capacity(d)  # one micro-batch may lower the sum of others: any total could be made
     return fillable(levels, spec.capacity(d))
@@ -285,7 +286,7 @@ def areas(spec: Spec, found: list[Holding] | None = None) -> list[Area]:
             if max(got.values()) > best_area:
                 best_area, best_outer = max(got.values()), g
         g = best_outer
-        out.append(Area(d, best_area, room(spec, d), g.head, time[g.free] + g.tail))
+        out.append(Area(d, best_area, room(spec, d, reach), g.head, time[g.free] + g.tail))
     return out
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from tessel_dsl.analysis import chains
+from tessel_dsl.analysis import chains, reachable
 from tessel_dsl.ir import Spec
 from tessel_dsl.search.lags import edge_lags
 from tessel_dsl.search.membound import room as device_room
@@ -45,12 +45,13 @@ def fill_bound(spec: Spec, microbatches: int) -> int:
         return 0  # a block of no time would carry memory for free in the knapsacks
     time = {b.name: b.time for b in spec.blocks}
     head, tail = chains(spec, time, edge_lags(spec))
+    reach = reachable(spec)
     best = 0
     for d in range(spec.devices):
         on = spec.blocks_on(d)
         take = [b for b in on if b.memory > 0]
         give = [b for b in on if b.memory < 0]
-        room = device_room(spec, d)  # the capacity less what no micro-batches' sum can fill
+        room = device_room(spec, d, reach)  # the capacity less what no micro-batches' sum can fill
         if not take or sum(b.memory for b in on) != 0 or microbatches * sum(b.memory for b in take) <= room:
             continue
         first_free = min(head[b.name] for b in give)
