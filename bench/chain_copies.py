@@ -31,7 +31,8 @@ from tessel_dsl.lang.parser import parse_file  # noqa: E402
 from tessel_dsl.search.baselines import build  # noqa: E402
 from tessel_dsl.search.bounds import makespan_bound  # noqa: E402
 from tessel_dsl.search.chaincycle import chain_period_search  # noqa: E402
-from tessel_dsl.search.membound import chain_stage_blocks, memory_period_bound, one_copy_chain_bound  # noqa: E402
+from tessel_dsl.search.membound import memory_period_bound  # noqa: E402
+from tessel_dsl.search.onecopy import chain_stage_blocks, one_copy_chain_bound  # noqa: E402
 
 
 def load(row: str):

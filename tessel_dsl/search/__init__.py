@@ -13,6 +13,7 @@ windows     the schedule re-solved a window of time at a time, the rest held (sh
 tuned       the baselines the search tunes for its N: which run, and rebuilt for another N
 bounds      the lower bound on the makespan of N micro-batches that plans state
 membound    lower bounds from memory (how long a micro-batch holds memory, how many fit at once)
+onecopy     the period of repetends holding each block once on a memory-bound chain
 memfill     a lower bound from a device that fills its memory before it may free any
 barriers    the spec with its all-device blocks taking no time, under which the bounds also hold
 devrelax    a makespan bound from one memory-bound device alone, the rest of the pipeline as delays (CP-SAT)

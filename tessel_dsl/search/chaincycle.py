@@ -85,7 +85,7 @@ from tessel_dsl.search.compact import compact
 from tessel_dsl.search.copies import SEP
 from tessel_dsl.search.devchain import DeviceChain, Hold, device_chain
 from tessel_dsl.search.lags import lag
-from tessel_dsl.search.membound import chain_stage_blocks
+from tessel_dsl.search.onecopy import chain_stage_blocks
 
 CHAIN_PERIOD_EFFORT = 5.0  # deterministic CP-SAT budget of one period's solve (about seconds of one core)
 CHAIN_WALK_EFFORT = 12.0   # ... and of the whole bisection, charged as used

@@ -3,7 +3,7 @@
 The memory-capped 1F1B baseline (`baselines/capped.py`) lets stage ``s`` hold ``min(k_s, S - s)``
 micro-batches, as much as its memory allows. Where memory binds that is not the best choice: a
 stage that runs ahead of the one before it fills the pipeline with forwards that later stages
-must answer in order, and the round trips of equal-depth neighbours (`membound.py`, one-copy
+must answer in order, and the round trips of equal-depth neighbours (`onecopy.py`, the one-copy
 chain bound) set the pace. Holding fewer on some stages can shorten the makespan: on the zoo's
 Mixtral 8x22B chain (16 stages, 6 micro-batches fit on even stages) limits
 ``6 10 6 10 5 10 4 9 6 7 3 5 4 3 2 1`` instead of ``6 10 6 10 6 10 6 9 6 7 6 5 4 3 2 1`` give

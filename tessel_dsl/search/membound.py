@@ -60,48 +60,48 @@ busiest device 7: 1353 ms, where the two bounds alone give 1317 and 1128.
 **Memory-time** (`areas`). The counting above uses one holding at a time; a device that keeps
 two activations of one micro-batch (two chunks of an interleaved pipeline) holds the first
 alone for a while and both together for another while. Memory is taken when a block starts and
-given back when the freeing block starts (the validator's running sum), so holding ``(a, r)``
-keeps at least ``need`` from the start of ``a`` to the start of ``r``, at least ``chain - t_r``
-long. Take holdings ``(a_1, r_1), (a_2, r_2), ...`` of one device, each inside the one before
-(``a_{j+1}`` is ``a_j`` or depends on it, ``r_j`` is ``r_{j+1}`` or depends on it) and each
-needing more: during the ``j``-th interval the micro-batch holds at least ``need_j``, so the
-integral of its contribution over time is at least
-``A = sum_j (need_j - need_{j-1}) * (chain_j - t_{r_j})``. Every micro-batch's intervals lie
-within ``[head(a_1), makespan - t_{r_1} - tail(r_1)]`` and the device's memory never exceeds
-``C_d``, so ``N * A <= C_d * (makespan - head(a_1) - t_{r_1} - tail(r_1))``:
+given back when the freeing block starts (the validator's running sum), but no block of the
+device can take it again before the freeing block ends, as the device runs one block at a time.
+So count a freeing block's memory as held until it ends: the device's *extended use* (the memory
+in use plus that of a freeing block running on it) rises only when a block that takes memory
+starts, a moment when no freeing block runs and it equals the memory in use, so it never exceeds
+``C_d`` either. While one micro-batch's freeing block ``r`` runs, the blocks it has started other
+than ``r`` form a down-closed set (nothing after ``r`` has started), so its part of the extended
+use is that set's memory: holding ``(a, r)`` keeps at least ``need`` in extended use from the
+start of ``a`` to the end of ``r``, at least ``chain`` long. Take holdings ``(a_1, r_1), (a_2,
+r_2), ...`` of one device, each inside the one before (``a_{j+1}`` is ``a_j`` or depends on it,
+``r_j`` is ``r_{j+1}`` or depends on it) and each needing more: during the ``j``-th interval the
+micro-batch's part is at least ``need_j``, so its integral over time is at least
+``A = sum_j (need_j - need_{j-1}) * chain_j``. Every micro-batch's intervals lie within
+``[head(a_1), makespan - tail(r_1)]``, so ``N * A <= C_d * (makespan - head(a_1) - tail(r_1))``:
 
-    makespan >= head(a_1) + ceil(N * A / C_d) + t_{r_1} + tail(r_1)            (`Area.makespan`)
+    makespan >= head(a_1) + ceil(N * A / C_d) + tail(r_1)                     (`Area.makespan`)
 
 and a repetend of q micro-batches in P keeps ``P / q >= A / C_d``. ``C_d`` may be taken smaller:
-the memory in use is a sum of the micro-batches' contributions, each the memory of a down-closed
-set of the device's blocks, so it never exceeds the largest such sum within the capacity
-(`fillable`, a knapsack over those levels). On the zoo's 405B model interleaved over 32 devices
-a micro-batch holds 0.57 or 1.71 GB on device 0, and no sum of those comes within 0.13 GB of its
-52 GB: the period bound goes from 206.4 to 209.2 ms; where the sizes are coarse beside the room
-(two chunks of 2.35 GB in 14 GB: five fit, 11.75 GB) it moves by up to a fifth. With a single holding this
-is weaker than the count above (which rounds ``C_d / need`` down); with nested ones it is not:
-on the zoo's 405B model interleaved over 32 devices it lifts the period bound from 204 to 206.4
-ms per micro-batch (`tests/unit/test_membound_area.py` works a small case by hand).
+the extended use is a sum of the micro-batches' parts, each the memory of a down-closed set of
+the device's blocks, so it never exceeds the largest such sum within the capacity (`fillable`,
+a knapsack over those levels). On the zoo's 405B model interleaved over 32 devices a
+micro-batch holds 0.57 or 1.71 GB on device 0, and no sum of those comes within 0.13 GB of its
+52 GB; where the sizes are coarse beside the room (two chunks of 2.35 GB in 14 GB: five fit,
+11.75 GB) it moves the bound by up to a fifth. With a single holding this is never above the
+count above (which rounds ``C_d / need`` down); with nested ones it can be: on
+bench/specs/real/llama8b_interleaved8_mem.tsl (16 chunks on 8 GPUs, 14 GB free on GPU 0) it
+gives 728.4 ms per micro-batch where the count gives 628.5 (`tests/unit/test_membound_area.py`
+works a small case by hand).
 
-**One-copy repetends on a chain** (`one_copy_chain_bound`). When the spec is a chain of stages,
-stage ``s`` on its own device running only ``F_s`` (allocating ``h_s``) and ``B_s`` (freeing it),
-a repetend holding each block once makes every stage alternate ``F_{i+w_s}, B_i`` in its steady
-state for a fixed ``w_s >= 0``, and:
-
-* when ``F_{i+w_s}`` starts, micro-batches ``i .. i+w_s`` hold memory there: ``w_s <= k_s - 1``;
-* ``w_{s+1} <= w_s``: otherwise stage ``s`` runs ``F_j`` (``j = i + w_{s+1}``) after ``B_i``,
-  which waits for ``B_i`` on ``s+1``, which that stage runs after ``F_j``, which waits for ``F_j``
-  on ``s``: a cycle;
-* on a run of stages ``s..e`` with the same ``w``, the end of ``B_i`` on ``e`` waits for ``F_{i+w}``
-  on ``e``, which waits for ``F_{i+w}`` on ``e-1`` ... on ``s``, each of which a stage of the run
-  runs after its ``B_{i-1}``, which waits for ``B_{i-1}`` on the next stage ... on ``e``: one period
-  is at least ``sum over s..e of (f_t + b_t)``.
-
-So the period is at least the smallest, over non-increasing ``w`` within the memory limits, of the
-costliest run of equal ``w``; a dynamic programme over the partitions of the chain into runs finds
-it. With every ``k_s`` at least the number of stages after ``s`` plus one (1F1B's warmup), the runs
-are single stages and this is the busiest stage's work, the usual bound. It binds only repetends
-holding each block once; repetends of several micro-batches (or no repetend) can do better.
+**Filling and draining** (`Ramp`). The extended use cannot be full at the very start or end.
+Every micro-batch's part is at most the memory its started blocks took, and the device starts
+its taking blocks one at a time, none before the earliest of their heads ``h`` and each lasting
+at least the shortest of their times ``s``: ``k`` of them have started no earlier than
+``h + (k - 1) s``, so until then the extended use is at most ``(k - 1)`` times the largest of
+them. When one micro-batch's blocks on the device give back all they take, its part is at most
+what its freeing blocks not yet ended give back, and those end one at a time, the last no later
+than the makespan less the shortest of their tails: counting back from there, the extended use
+falls the same way. The memory-time left unused under these two staircases within
+``[head(a_1), makespan - tail(r_1)]`` adds to ``N * A``; the makespan is the least that leaves
+room for both (a few rounds: the loss grows with the makespan until the staircases no longer
+meet). On bench/specs/real/llama8b_interleaved8_mem.tsl, five 2.35 GB chunks take 47 ms each to
+fill GPU 0 and 94 ms each to drain it: 23311 -> 23593 ms for 32 micro-batches.
 
 **All-device blocks.** Every bound above also holds for the spec with its all-device blocks
 taking no time, plus ``N`` times their work (`barriers.py` says why: cutting their stretches out
@@ -111,23 +111,20 @@ run while it holds. The arguments above need only ``a`` and ``r`` to take time (
 on one device then never share a start), so blocks of no time elsewhere are fine. On
 bench/specs/real/tpmshape16.tsl with ``MEM=16`` the makespan bound goes from 2834 to 3082 ms.
 
-**Transfer lags.** Every chain above (``c``, ``head(a)``, ``tail(r)``, the distances ``delta_e``
-and the runs' cycles) counts the lag of each edge it crosses (`lags.py`): a consumer on a device
-its producer is not on starts at least that long after the producer ends, in every schedule the
-search keeps, so each step of the arguments above holds with the chain that much longer. On a
-chain's run, the cycle from ``B_{i-1}`` on ``e`` back to ``B_i`` on ``e`` crosses the edges
-between the run's stages once each way, so the period is at least the run's work plus those lags.
-No other step uses an edge, and a spec without a link has no lags: the bounds are unchanged.
+**Transfer lags.** Every chain above (``c``, ``head(a)``, ``tail(r)`` and the distances
+``delta_e``) counts the lag of each edge it crosses (`lags.py`): a consumer on a device its
+producer is not on starts at least that long after the producer ends, in every schedule the
+search keeps, so each step of the arguments above holds with the chain that much longer. No
+other step uses an edge, and a spec without a link has no lags: the bounds are unchanged.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
 
 from tessel_dsl.analysis import chains, reachable
-from tessel_dsl.ir import Block, Spec
+from tessel_dsl.ir import Spec
 from tessel_dsl.search.barriers import without_barriers
 from tessel_dsl.search.lags import edge_lags
 
@@ -240,18 +237,63 @@ def _longest(spec: Spec, a: str, r: str, time: dict[str, int], lags: dict[tuple[
 
 
 @dataclass(frozen=True)
+class Ramp:
+    """At most `size` more memory in extended use each `step` from `at` on (module text,
+    "Filling and draining"): counted from the start for `Area.rise`, back from the makespan for
+    `Area.fall`."""
+
+    at: int
+    step: int
+    size: int
+
+    def most(self, since: float) -> float:
+        """The extended use there can be `since` after `at` (before: none)."""
+        return 0 if since < 0 else self.size * (since // self.step + 1)
+
+
+@dataclass(frozen=True)
 class Area:
     """Each micro-batch occupies at least `area` (memory times time) of `device`'s `capacity`,
-    all of it after `head` and at least `tail` before the makespan (module text, "Memory-time")."""
+    all of it after `head` and at least `tail` before the makespan (module text, "Memory-time"),
+    where the extended use can rise only as fast as `rise` and must drain as `fall` allows."""
 
     device: int
     area: int
     capacity: int
     head: int
     tail: int
+    rise: Ramp | None = None
+    fall: Ramp | None = None
 
     def makespan(self, microbatches: int) -> int:
-        return self.head + -(-microbatches * self.area // self.capacity) + self.tail
+        span = self.head + -(-microbatches * self.area // self.capacity) + self.tail
+        for _ in range(64):  # the least fixed point: the loss only grows with the makespan
+            got = self.head + self.tail + -(-(microbatches * self.area + self.lost(span)) // self.capacity)
+            if got <= span:
+                return span
+            span = got
+        return span
+
+    def lost(self, makespan: int) -> int:
+        """Memory-time the ramps keep unused in [head, makespan - tail], rounded down."""
+        lo, hi = self.head, makespan - self.tail
+        cuts = {lo, hi}
+        for ramp, back in ((self.rise, False), (self.fall, True)):
+            if ramp is not None:
+                edge = makespan - ramp.at if back else ramp.at
+                for k in range(self.capacity // ramp.size + 2):
+                    cuts.add(edge - k * ramp.step if back else edge + k * ramp.step)
+        cuts = sorted(c for c in cuts if lo <= c <= hi)
+        total = 0.0
+        for x, y in zip(cuts, cuts[1:]):
+            mid = (x + y) / 2
+            most = self.capacity
+            if self.rise is not None:
+                most = min(most, self.rise.most(mid - self.rise.at))
+            if self.fall is not None:
+                most = min(most, self.fall.most(makespan - self.fall.at - mid))
+            total += (self.capacity - most) * (y - x)
+        return int(total)
 
     @property
     def period(self) -> Fraction:
@@ -264,8 +306,9 @@ def areas(spec: Spec, found: list[Holding] | None = None) -> list[Area]:
     found = holdings(spec) if found is None else found
     if not found:
         return []
-    time = {b.name: b.time for b in spec.blocks}
     reach = reachable(spec)
+    time = {b.name: b.time for b in spec.blocks}
+    head, tail = chains(spec, time, edge_lags(spec))
 
     def inside(h: Holding, g: Holding) -> bool:
         """`h`'s interval lies within `g`'s in every schedule, and `h` needs more."""
@@ -277,16 +320,24 @@ def areas(spec: Spec, found: list[Holding] | None = None) -> list[Area]:
         mine = sorted((h for h in found if h.device == d), key=lambda h: (h.need, h.alloc, h.free))
         best_area, best_outer = -1, None
         for g in mine:
-            # `until_free`: from the start of `alloc` to the start of `free`, where it is released
-            got = {g: g.need * (g.chain - time[g.free])}
+            # from the start of `alloc` to the end of `free` (module text: the freeing block's
+            # memory counts until it ends, as no block can take it before)
+            got = {g: g.need * g.chain}
             for h in mine:
-                outer = [got[p] + (h.need - p.need) * (h.chain - time[h.free]) for p in got if inside(h, p)]
+                outer = [got[p] + (h.need - p.need) * h.chain for p in got if inside(h, p)]
                 if outer:
                     got[h] = max(outer)
             if max(got.values()) > best_area:
                 best_area, best_outer = max(got.values()), g
         g = best_outer
-        out.append(Area(d, best_area, room(spec, d, reach), g.head, time[g.free] + g.tail))
+        on = spec.blocks_on(d)
+        take, give = [b for b in on if b.memory > 0], [b for b in on if b.memory < 0]
+        rise = fall = None
+        if all(b.time > 0 for b in take):
+            rise = Ramp(min(head[b.name] for b in take), min(b.time for b in take), max(b.memory for b in take))
+        if give and all(b.time > 0 for b in give) and sum(b.memory for b in on) == 0:
+            fall = Ramp(min(tail[b.name] for b in give), min(b.time for b in give), max(-b.memory for b in give))
+        out.append(Area(d, best_area, room(spec, d, reach), g.head, g.tail, rise, fall))
     return out
 
 
@@ -352,69 +403,3 @@ def paced_bound(spec: Spec, h: Holding, microbatches: int) -> int:
         delta, work, after = min(dist[x] for x in on), sum(time[x] for x in on), min(tail[x] for x in on)
         best = max(best, max(starts[m] + delta + (microbatches - m) * work + after for m in range(microbatches)))
     return best
-
-
-def chain_stages(spec: Spec) -> list[tuple[int, int, int, int]] | None:
-    """(forward time, backward time, memory per micro-batch, capacity) of each stage in chain
-    order, when the spec is the chain the module text's one-copy bound needs; else None."""
-    stages = chain_stage_blocks(spec)
-    if stages is None:
-        return None
-    return [(f.time, b.time, f.memory, spec.capacity(d)) for f, b, d in stages]
-
-
-def chain_stage_blocks(spec: Spec) -> list[tuple[Block, Block, int]] | None:
-    """(forward block, backward block, device) of each stage in chain order, when every device
-    runs one forward stage that allocates and its backward that frees the same amount, the
-    forwards form a chain and the backwards retrace it; else None."""
-    if any(b.is_multi_device or b.time <= 0 for b in spec.blocks):
-        return None
-    reach = reachable(spec)
-    stages = []
-    for d in range(spec.devices):
-        on = spec.blocks_on(d)
-        fwd = [b for b in on if not b.kind.is_backward]
-        bwd = [b for b in on if b.kind.is_backward]
-        if len(on) != 2 or len(fwd) != 1 or len(bwd) != 1:
-            return None
-        f, b = fwd[0], bwd[0]
-        if f.memory <= 0 or b.memory != -f.memory or b.name not in reach[f.name]:
-            return None
-        stages.append((f, b, d))
-    pos = {name: i for i, name in enumerate(spec.topo_order)}
-    stages.sort(key=lambda x: pos[x[0].name])
-    for (f0, b0, _), (f1, b1, _) in zip(stages, stages[1:]):
-        if f1.name not in reach[f0.name] or b0.name not in reach[b1.name]:
-            return None
-    return stages
-
-
-def one_copy_chain_bound(spec: Spec) -> int:
-    """The smallest period of a repetend holding each block once on a memory-bound chain (module
-    text); 0 when the spec is not such a chain or no warmup fits."""
-    blocks = chain_stage_blocks(spec)
-    if not blocks:
-        return 0
-    count = len(blocks)
-    work = [f.time + b.time for f, b, _ in blocks]
-    limit = [spec.capacity(d) // f.memory - 1 for f, _, d in blocks]  # the largest w_s memory allows
-    lags = edge_lags(spec)
-    # what a run's cycle crosses between stage e-1 and e: a lag each way (module text)
-    gap = [0] + [lags.get((f0.name, f1.name), 0) + lags.get((b1.name, b0.name), 0)
-                 for (f0, b0, _), (f1, b1, _) in zip(blocks, blocks[1:])]
-    inf = float("inf")
-
-    @lru_cache(maxsize=None)
-    def best(i: int, j: int) -> float:
-        """Stages i.. as runs, the run holding stage i having value j (the last run has 0)."""
-        out, cost, room = inf, 0, inf
-        for e in range(i, count):
-            cost, room = cost + work[e] + (gap[e] if e > i else 0), min(room, limit[e])
-            if j > room:
-                break
-            rest = (0 if j == 0 else inf) if e == count - 1 else (best(e + 1, j - 1) if j >= 1 else inf)
-            out = min(out, max(cost, rest))
-        return out
-
-    got = min(best(0, j) for j in range(count))
-    return 0 if got == inf else int(got)

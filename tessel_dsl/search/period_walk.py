@@ -11,8 +11,9 @@ from tessel_dsl.analysis import lower_bound
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Repetend
 from tessel_dsl.search.clock import Clock
-from tessel_dsl.search.membound import memory_period_bound, one_copy_chain_bound
+from tessel_dsl.search.membound import memory_period_bound
 from tessel_dsl.search.notes import Note, note
+from tessel_dsl.search.onecopy import one_copy_chain_bound
 from tessel_dsl.search.repetend import Counters, nr_limit
 
 PROBE_EFFORT = 1.0    # first pass: the deterministic solver budget (about seconds of one core) of each period

@@ -15,7 +15,8 @@ from tessel_dsl.lang.parser import parse, parse_file
 from tessel_dsl.search.bounds import idle_bound, makespan_bound
 from tessel_dsl.search.driver import search
 from tessel_dsl.search.lags import edge_lags
-from tessel_dsl.search.membound import holdings, memory_makespan_bound, memory_period_bound, one_copy_chain_bound
+from tessel_dsl.search.membound import holdings, memory_makespan_bound, memory_period_bound
+from tessel_dsl.search.onecopy import one_copy_chain_bound
 from tessel_dsl.search.optimal import optimal
 from tests.paths import ROOT
 

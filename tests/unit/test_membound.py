@@ -12,8 +12,9 @@ import pytest
 from tessel_dsl.ir import Block, Edge, Kind, Spec
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.driver import search
-from tessel_dsl.search.membound import chain_stages, memory_makespan_bound, memory_period_bound, one_copy_chain_bound
+from tessel_dsl.search.membound import memory_makespan_bound, memory_period_bound
 from tessel_dsl.search.modulo import solve_period
+from tessel_dsl.search.onecopy import chain_stages, one_copy_chain_bound
 from tessel_dsl.search.optimal import optimal
 from tessel_dsl.search.period_walk import cyclic_nr_limit, period_floor
 from tests.helpers import vshape

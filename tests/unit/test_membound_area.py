@@ -7,7 +7,7 @@ import pytest
 
 from tessel_dsl.ir import Block, Edge, Kind, Spec
 from tessel_dsl.search.bounds import makespan_bound
-from tessel_dsl.search.membound import areas, fillable, holdings, memory_period_bound, paced_bound
+from tessel_dsl.search.membound import Ramp, areas, fillable, holdings, memory_period_bound, paced_bound
 from tessel_dsl.search.optimal import optimal
 from tests.unit.test_membound import chain
 
@@ -24,25 +24,26 @@ def two_chunks(memory: int, inner: int = 1, n: int = 4, outer: int = 1) -> Spec:
 
 
 def test_nested_holdings_hand_worked():
-    # Device 0, M=2. From F0's start to B0's start (F0 F1 F2 F3 B3 B2 B1: 7) a micro-batch holds
-    # 1; from F2's start to B2's start (F2 F3 B3: 3) it holds 2. Memory-time per micro-batch:
-    # 1 * 7 + (2 - 1) * 3 = 10, of 2 available per unit of time: 5 per micro-batch, where the
+    # Device 0, M=2. From F0's start to B0's end (F0 F1 F2 F3 B3 B2 B1 B0: 8) a micro-batch holds
+    # 1 (B0 gives it back when it starts, but device 0 can take it again only once B0 ends); from
+    # F2's start to B2's end (F2 F3 B3 B2: 4) it holds 2. Memory-time per micro-batch:
+    # 1 * 8 + (2 - 1) * 4 = 12, of 2 available per unit of time: 6 per micro-batch, where the
     # busiest device's work is 4 and the counting bounds give 8 / 2 = 4 (F0..B0, two at once) and
-    # 4 / 1 = 4 (F2..B2, one at a time). All intervals lie after head(F0) = 0 and end at least
-    # B0 + tail(B0) = 1 before the makespan: makespan >= ceil(10 N / 2) + 1 = 5 N + 1, above the
-    # counting bound of F2..B2 one at a time, head(F2) + 4 N + tail(B2) = 4 N + 4, from N = 4.
+    # 4 / 1 = 4 (F2..B2, one at a time). All intervals lie after head(F0) = 0 and end by the
+    # makespan less tail(B0) = 0: makespan >= ceil(12 N / 2) = 6 N, above the counting bounds.
+    # While the first F0 runs only 1 of the 2 can be in use, and while the last B0 runs only it
+    # holds (counted until it ends): 2 more units of memory-time, so 6 N + 1.
     spec = two_chunks(2)
     got = {a.device: a for a in areas(spec)}
-    assert (got[0].area, got[0].capacity, got[0].head, got[0].tail) == (10, 2, 0, 1)
-    assert memory_period_bound(spec) == 5
+    assert (got[0].area, got[0].capacity, got[0].head, got[0].tail) == (12, 2, 0, 0)
+    assert memory_period_bound(spec) == 6
     counted = {n: max([h.makespan(n) for h in holdings(spec)] + [paced_bound(spec, h, n) for h in holdings(spec)])
                for n in (4, 5, 6)}
     assert counted == {4: 20, 5: 24, 6: 28}
-    assert [got[0].makespan(n) for n in (4, 5, 6)] == [21, 26, 31]
-    # (the stated bound takes the larger of all: at N = 4 memfill.py's gives 22, test_memfill.py)
-    assert [makespan_bound(spec, n) for n in (4, 5, 6)] == [22, 26, 31]
-    # The optimum is above it: while one micro-batch holds 2 nothing else fits on device 0, and
-    # device 0 can't overlap a B2 or B0 with the next micro-batch's F0 / F2; TO proves 6 N + 2.
+    assert (got[0].rise, got[0].fall) == (Ramp(0, 1, 1), Ramp(0, 1, 1))
+    assert [got[0].makespan(n) for n in (4, 5, 6)] == [25, 31, 37]
+    assert [makespan_bound(spec, n) for n in (4, 5, 6)] == [25, 31, 37]
+    # TO proves 6 N + 2.
     for n in (2, 3):
         r = optimal(spec, n, effort=30)
         assert r.info.proven and r.schedule.makespan(spec) == 6 * n + 2
@@ -52,13 +53,13 @@ def test_memory_time_counts_only_the_memory_a_device_can_fill():
     # The hand-worked case above with every size doubled and one unit of memory more (M = 5): a
     # micro-batch holds 0, 2 or 4 on device 0, so no moment finds more than 4 in use and the
     # unit left over can't be filled. The schedules are exactly those of the case above, and so
-    # are the optimum (6 N + 2) and the bound: memory-time 20 a micro-batch over 4, not 5.
+    # are the optimum (6 N + 2) and the bound: memory-time 24 a micro-batch over 4, not 5.
     spec = two_chunks(5, inner=2, outer=2)
     got = {a.device: a for a in areas(spec)}
-    assert (got[0].area, got[0].capacity) == (20, 4)
-    assert memory_period_bound(spec) == 5
+    assert (got[0].area, got[0].capacity) == (24, 4)
+    assert memory_period_bound(spec) == 6
     assert [makespan_bound(spec, n) for n in (4, 5, 6)] == [makespan_bound(two_chunks(2), n) for n in (4, 5, 6)]
-    assert [got[0].makespan(n) for n in (4, 5, 6)] == [21, 26, 31]  # over 5: 17, 21, 25
+    assert [got[0].makespan(n) for n in (4, 5, 6)] == [25, 31, 37]
     r = optimal(spec, 3, effort=30)
     assert r.info.proven and r.schedule.makespan(spec) == 6 * 3 + 2
 

@@ -27,11 +27,13 @@ def test_two_chunks_by_hand(monkeypatch):
     # No backward of device 0 starts before F0 F1 F2 F3 B3 (5); until then at most two forwards
     # fit: 2 of device 0's 4 N units of work. After its last forward it gives back at most 2,
     # two backwards; that last forward ends at least 5 before the end (F2's tail F3 B3 B2 B1 B0).
-    # So N = 3 takes at least 5 + (12 - 2 - 2) + 5 = 18, and N = 4 at least 22; TO proves 20 and 26.
+    # So N = 2 takes at least 5 + (8 - 2 - 2) + 5 = 14, the optimum (TO proves it), where the
+    # memory-time bound gives 6 N + 1 = 13 (test_membound_area.py); N = 3 at least 18, below
+    # the memory-time bound's 19; TO 20.
     spec = two_chunks(2)
-    assert [fill_bound(spec, n) for n in (3, 4)] == [18, 22]
-    assert _without_fill(spec, 3, monkeypatch) == 16
-    for n, optimum in ((3, 20), (4, 26)):
+    assert [fill_bound(spec, n) for n in (2, 3)] == [14, 18]
+    assert [_without_fill(spec, n, monkeypatch) for n in (2, 3)] == [13, 19]
+    for n, optimum in ((2, 14), (3, 20)):
         r = optimal(spec, n, effort=30)
         assert r.info.proven and r.schedule.makespan(spec) == optimum
 
@@ -59,7 +61,7 @@ def _interleaved(seed: int):
 
 
 # Seeds where this bound is above every other one and TO is quick.
-@pytest.mark.parametrize("seed", [87, 110, 290, 353, 377])
+@pytest.mark.parametrize("seed", [87, 110, 213, 353, 377])
 def test_never_above_the_time_optimum(seed, monkeypatch):
     spec, n = _interleaved(seed)
     got = fill_bound(spec, n)
