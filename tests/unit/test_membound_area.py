@@ -145,3 +145,25 @@ def test_where_the_analytic_bound_stays_below_the_optimum():
     assert device_relaxation(spec, 6) == (141, (0, 1, 2))
     assert makespan_bound(spec, 6, above=142) == 141
     # (the whole schedule with memory as cuts does: tests/unit/test_heldcuts.py)
+
+
+def _without_areas(spec, n: int, monkeypatch) -> int:
+    from tessel_dsl.search import bounds, membound
+
+    monkeypatch.setattr(membound, "areas", lambda *_a, **_k: [])
+    got = bounds._makespan_bound(spec, n)
+    monkeypatch.undo()
+    return got
+
+
+# Random interleaved chains (test_memfill.py) where the memory-time bound, with the freeing
+# blocks counted until they end and the filling and draining staircases, is above every other.
+@pytest.mark.parametrize("seed", [22, 28, 89, 90, 125, 228])
+def test_memory_time_never_above_the_time_optimum(seed, monkeypatch):
+    from tests.unit.test_memfill import _interleaved
+
+    spec, n = _interleaved(seed)
+    got = max(a.makespan(n) for a in areas(spec))
+    assert got > _without_areas(spec, n, monkeypatch)
+    best = optimal(spec, n, effort=8, workers=1)
+    assert best.info.proven and got <= best.schedule.makespan(spec)
