@@ -57,6 +57,12 @@ POLISH_EFFORT = 0.1  # deterministic budget for shortening the micro-batch laten
 # a 128-block model it took 9 of the 9.3 s of CPU of a solve its deterministic time put at 0.04
 # (llama3_405b_interleaved32 of the zoo, P=204, infeasible either way), and no budget bounds it.
 PRESOLVE_MAX_BLOCKS = 64
+# Each period's feasibility solve is first asked with CP-SAT's LP relaxation at this level (more
+# cuts), and only if that does not prove it infeasible as before: at the default level, trying the
+# LP's solutions took 53 s of CPU for one unit of deterministic time on a Qwen2.5-14B interleaved
+# over 8 GPUs at P=430, which level 2 proves infeasible in 2.8 s. Level 2 alone finds other
+# repetends at feasible periods, some of them worse (bench/results/search.md), so it only rules out.
+INFEASIBLE_LINEARIZATION = 2
 
 
 def cut_block(spec: Spec) -> int | None:
@@ -192,8 +198,14 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
 
     deadline = None if time_limit is None else time.monotonic() + time_limit
     m, s, r = _cpsat_model(spec, period, max_nr, objective=False)
-    found, solver = run_model(m, effort=effort, time_limit=time_limit,
-                              presolve=len(spec.blocks) <= PRESOLVE_MAX_BLOCKS)
+    presolve = len(spec.blocks) <= PRESOLVE_MAX_BLOCKS
+    # first only whether the period is infeasible, with more LP cuts (`INFEASIBLE_LINEARIZATION`)
+    found, solver = run_model(m, effort=effort, time_limit=time_limit, presolve=presolve,
+                              linearization=INFEASIBLE_LINEARIZATION)
+    _charge(spent, solver.deterministic_time)
+    if found == "infeasible":
+        return found, None
+    found, solver = run_model(m, effort=effort, time_limit=time_limit, presolve=presolve)
     _charge(spent, solver.deterministic_time)
     if found != "found":
         return found, None
