@@ -145,8 +145,8 @@ def _repetend_windows(schedule: Schedule | None, n: int) -> dict[str, tuple[int,
     extended from a repetend): instance k runs block b on micro-batch r_b + k, k = 0 .. N - N_R.
     Instance 0 is left out: compaction starts some of its blocks early, inside the warmup."""
     rep = schedule.repetend if schedule is not None else None
-    if rep is None or n <= rep.nr + 1:
-        return None
+    if rep is None or schedule.repetend_start is None or n <= rep.nr + 1:
+        return None  # (a schedule that runs another order for this N keeps the repetend for other N)
     return {s.block: (s.mb + 1, s.mb + n - rep.nr) for s in rep.slots}
 
 

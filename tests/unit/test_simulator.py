@@ -306,3 +306,43 @@ def test_makespan_includes_a_trailing_comm_wait_and_a_stuck_device():
     at_once = (Program(0, (Action(Op.RECV, "C", 0, (1,)), Action(Op.WAIT, "C", 0, (1,)))), Program(1, ()))
     report = simulate((spec, at_once))
     assert not report.ok and report.makespan == 0
+
+
+ZB16 = """placement zb16
+resolution time 1ms
+resolution memory 10MB
+devices 16
+memory 24GB reserve 7GB
+memory 24GB reserve 10.7GB on 0, 15
+microbatches 32
+mode train
+forward E on 0 time 1ms memory 0
+input_grad EI of E time 1ms memory 0
+for i in 0..15:
+    forward F{i} on i time 69ms memory 1.14GB
+    input_grad I{i} of F{i} time 69ms memory -0.4GB
+    weight_grad W{i} of F{i} time 69ms memory -0.74GB
+    I{i} -> W{i}
+forward H on 15 time 72ms memory 3.15GB
+input_grad HI of H time 72ms memory -3.15GB
+E -> chain(F{i} for i in 0..15) -> H -> HI -> chain(I{15-i} for i in 0..15) -> EI
+"""
+
+
+def test_steady_period_ignores_a_repetend_the_schedule_does_not_run():
+    # A plan that runs a baseline's order for its N keeps its repetend for other N only
+    # (`repetend_start` None), so the steady part is the middle half of the run, not the
+    # repetend's micro-batches: read over those (here nearly the whole run) memory-capped ZB-H1
+    # on 16 GPUs seemed to take 348.7 ms a micro-batch, below the last GPU's 351 ms of work.
+    from dataclasses import replace
+
+    from tessel_dsl.lang.parser import parse
+    from tessel_dsl.schedule import Repetend
+    from tessel_dsl.search.baselines import build
+
+    spec = parse(ZB16)
+    order = build(spec, "zb-h1-capped", 32)
+    kept = replace(order, repetend=Repetend(1, 2423, tuple(Slot(0, b.name, 0) for b in spec.blocks)))
+    assert kept.repetend_start is None
+    got = simulate(make_plan(spec, kept))
+    assert got.period == simulate(make_plan(spec, order)).period == 351 == got.lower_bound
