@@ -60,9 +60,12 @@ PRESOLVE_MAX_BLOCKS = 64
 # Each period's feasibility solve is first asked with CP-SAT's LP relaxation at this level (more
 # cuts), and only if that does not prove it infeasible as before: at the default level, trying the
 # LP's solutions took 53 s of CPU for one unit of deterministic time on a Qwen2.5-14B interleaved
-# over 8 GPUs at P=430, which level 2 proves infeasible in 2.8 s. Level 2 alone finds other
-# repetends at feasible periods, some of them worse (bench/results/search.md), so it only rules out.
+# over 8 GPUs at P=430, which level 2 proves infeasible in 2.7 s. Level 2 alone finds other
+# repetends at feasible periods, some of them worse (bench/results/search.md), so it only rules out,
+# on at most `INFEASIBLE_EFFORT` of deterministic time (level 2 has slow probes of its own: 12.7 s
+# of CPU for one unit on bench/specs/real/llama8b_interleaved8_mem.tsl at P=730).
 INFEASIBLE_LINEARIZATION = 2
+INFEASIBLE_EFFORT = 1.0
 
 
 def cut_block(spec: Spec) -> int | None:
@@ -200,7 +203,8 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
     m, s, r = _cpsat_model(spec, period, max_nr, objective=False)
     presolve = len(spec.blocks) <= PRESOLVE_MAX_BLOCKS
     # first only whether the period is infeasible, with more LP cuts (`INFEASIBLE_LINEARIZATION`)
-    found, solver = run_model(m, effort=effort, time_limit=time_limit, presolve=presolve,
+    first = INFEASIBLE_EFFORT if effort is None else min(effort, INFEASIBLE_EFFORT)
+    found, solver = run_model(m, effort=first, time_limit=time_limit, presolve=presolve,
                               linearization=INFEASIBLE_LINEARIZATION)
     _charge(spent, solver.deterministic_time)
     if found == "infeasible":
