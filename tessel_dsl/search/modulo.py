@@ -57,13 +57,14 @@ POLISH_EFFORT = 0.1  # deterministic budget for shortening the micro-batch laten
 # a 128-block model it took 9 of the 9.3 s of CPU of a solve its deterministic time put at 0.04
 # (llama3_405b_interleaved32 of the zoo, P=204, infeasible either way), and no budget bounds it.
 PRESOLVE_MAX_BLOCKS = 64
-# Each period's feasibility solve is first asked with CP-SAT's LP relaxation at this level (more
-# cuts), and only if that does not prove it infeasible as before: at the default level, trying the
-# LP's solutions took 53 s of CPU for one unit of deterministic time on a Qwen2.5-14B interleaved
-# over 8 GPUs at P=430, which level 2 proves infeasible in 2.7 s. Level 2 alone finds other
-# repetends at feasible periods, some of them worse (bench/results/search.md), so it only rules out,
-# on at most `INFEASIBLE_EFFORT` of deterministic time (level 2 has slow probes of its own: 12.7 s
-# of CPU for one unit on bench/specs/real/llama8b_interleaved8_mem.tsl at P=730).
+# Each period is first asked only whether it is infeasible, with CP-SAT's LP relaxation at this
+# level (more cuts); the feasibility solve at the default level runs, as before, only when that
+# does not settle it. At the default level, trying the LP's solutions took 53 s of CPU for one
+# unit of deterministic time on a Qwen2.5-14B interleaved over 8 GPUs at P=430, which level 2
+# proves infeasible in 2.7 s. Level 2 alone finds other repetends at feasible periods, some of
+# them worse (bench/results/search.md), so it only rules out, on at most `INFEASIBLE_EFFORT` of
+# deterministic time (level 2 has slow probes of its own: 12.7 s of CPU for one unit on
+# bench/specs/real/llama8b_interleaved8_mem.tsl at P=730).
 INFEASIBLE_LINEARIZATION = 2
 INFEASIBLE_EFFORT = 1.0
 
