@@ -277,12 +277,12 @@ class Area:
     def lost(self, makespan: int) -> int:
         """Memory-time the ramps keep unused in [head, makespan - tail], rounded down."""
         lo, hi = self.head, makespan - self.tail
-        cuts = {lo, hi}
-        for ramp, back in ((self.rise, False), (self.fall, True)):
-            if ramp is not None:
-                edge = makespan - ramp.at if back else ramp.at
-                for k in range(self.capacity // ramp.size + 2):
-                    cuts.add(edge - k * ramp.step if back else edge + k * ramp.step)
+        cuts = {lo, hi}  # the staircases' steps: the unused memory is constant between them
+        if self.rise is not None:
+            cuts |= {self.rise.at + k * self.rise.step for k in range(self.capacity // self.rise.size + 2)}
+        if self.fall is not None:
+            end = makespan - self.fall.at
+            cuts |= {end - k * self.fall.step for k in range(self.capacity // self.fall.size + 2)}
         cuts = sorted(c for c in cuts if lo <= c <= hi)
         total = 0.0
         for x, y in zip(cuts, cuts[1:]):

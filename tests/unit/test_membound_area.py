@@ -147,10 +147,13 @@ def test_where_the_analytic_bound_stays_below_the_optimum():
     # (the whole schedule with memory as cuts does: tests/unit/test_heldcuts.py)
 
 
-def _without_areas(spec, n: int, monkeypatch) -> int:
-    from tessel_dsl.search import bounds, membound
+def bound_without(spec, n: int, monkeypatch, module: str, name: str, nothing) -> int:
+    """The stated makespan bound with `module.name` answering `nothing`: what the other bounds give."""
+    import importlib
 
-    monkeypatch.setattr(membound, "areas", lambda *_a, **_k: [])
+    from tessel_dsl.search import bounds
+
+    monkeypatch.setattr(importlib.import_module(module), name, lambda *_a, **_k: nothing)
     got = bounds._makespan_bound(spec, n)
     monkeypatch.undo()
     return got
@@ -164,6 +167,6 @@ def test_memory_time_never_above_the_time_optimum(seed, monkeypatch):
 
     spec, n = _interleaved(seed)
     got = max(a.makespan(n) for a in areas(spec))
-    assert got > _without_areas(spec, n, monkeypatch)
+    assert got > bound_without(spec, n, monkeypatch, "tessel_dsl.search.membound", "areas", [])
     best = optimal(spec, n, effort=8, workers=1)
     assert best.info.proven and got <= best.schedule.makespan(spec)

@@ -3,7 +3,6 @@ worked by hand on two chunks per device, and never above the time-optimal solve 
 independent exact model) on random interleaved chains where it is sharper than every other bound."""
 from __future__ import annotations
 
-import importlib
 import random
 
 import pytest
@@ -12,14 +11,11 @@ from tessel_dsl.lang.parser import parse
 from tessel_dsl.search import bounds
 from tessel_dsl.search.memfill import fill_bound
 from tessel_dsl.search.optimal import optimal
-from tests.unit.test_membound_area import two_chunks
+from tests.unit.test_membound_area import bound_without, two_chunks
 
 
 def _without_fill(spec, n: int, monkeypatch) -> int:
-    monkeypatch.setattr(importlib.import_module("tessel_dsl.search.memfill"), "fill_bound", lambda *_: 0)
-    got = bounds._makespan_bound(spec, n)
-    monkeypatch.undo()
-    return got
+    return bound_without(spec, n, monkeypatch, "tessel_dsl.search.memfill", "fill_bound", 0)
 
 
 def test_two_chunks_by_hand(monkeypatch):
