@@ -293,6 +293,10 @@ def build_spec(module: A.Module, sets: dict[str, str] | None = None, mode: str |
             found = [d for d in found if d.code not in ("unknown-name", "no-blocks")]
         elif diags:
             found = [d for d in found if d.code != "no-blocks"]
+        # A backward block without `of` was reported by `link_backwards` with the fix: once is enough.
+        said = {d.message.split(" does not say")[0] for d in diags if d.code == "missing-forward"}
+        found = [d for d in found if not (d.code == "missing-forward" and d.message.endswith("has no forward block")
+                                           and d.message.removesuffix(" has no forward block") in said)]
         diags += [placed(d, ev, module.file) for d in found]
     if not diags and (spec.devices < 1 or not spec.blocks):
         # Whatever was skipped said nothing: a spec with nothing to schedule is never accepted.

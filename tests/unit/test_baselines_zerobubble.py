@@ -13,8 +13,9 @@ from __future__ import annotations
 import pytest
 
 from tessel_dsl.errors import InfeasibleError
-from tessel_dsl.lang.parser import parse_file
+from tessel_dsl.lang.parser import parse, parse_file
 from tessel_dsl.search.baselines import NotApplicable, build
+from tessel_dsl.search.baselines.chain import unfolded
 from tessel_dsl.search.baselines.compare import baseline_row, best_baseline, compare, label
 from tessel_dsl.validate import validate
 from tests.paths import SPECS
@@ -109,3 +110,54 @@ def test_shipped_zerobubble_spec_compares_against_zb_h1():
     assert [v.block(f"F{k}").devices[0] for k in range(8)] == [0, 1, 2, 3, 3, 2, 1, 0]
     rows = compare(v, 16, schedules=("gpipe", "zb-h1", "zb-v"))
     assert best_baseline(rows).schedule == "zb-v" and best_baseline(rows).period == 8  # = lower bound
+
+
+def _zb_with_ends(n, merged):
+    """A 4-stage zero-bubble chain with an embedding E (forward 1, whole backward EB 1) before
+    stage 0 and a head H (forward 2, whole backward HB 3, 1 unit of memory) after stage 3, on
+    those stages' devices; `merged` writes each end into its stage's blocks instead (F0 and F3
+    longer, I0 and I3 longer, F3 holding the head's memory until I3)."""
+    e, h = (0, 0) if merged else (1, 2)
+    lines = ["devices 4", "memory 5", f"microbatches {n}", "mode train"]
+    for s in range(4):
+        tf = 1 + (1 if merged and s == 0 else 0) + (2 if merged and s == 3 else 0)
+        ti = 2 + (1 if merged and s == 0 else 0) + (3 if merged and s == 3 else 0)
+        mf = 1 + (1 if merged and s == 3 else 0)
+        lines += [f"forward F{s} on {s} time {tf} memory {mf}",
+                  f"input_grad I{s} of F{s} time {ti} memory {-(1 if merged and s == 3 else 0)}",
+                  f"weight_grad W{s} of F{s} time 1 memory -1", f"I{s} -> W{s}"]
+    back = "chain(I{3-s} for s in 0..3)"
+    if merged:
+        lines.append(f"chain(F{{s}} for s in 0..3) -> {back}")
+    else:
+        lines += [f"forward E on 0 time {e} memory 0", f"backward EB of E time {e}",
+                  f"forward H on 3 time {h} memory 1", "backward HB of H time 3 memory -1",
+                  f"E -> chain(F{{s}} for s in 0..3) -> H -> HB -> {back} -> EB"]
+    return parse("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("name", ["zb-h1", "zb-h1-capped"])
+def test_zb_h1_runs_a_whole_backward_of_the_ends_with_its_stages_input_gradient(name):
+    # An embedding's and a head's backward are rarely split; ZB-H1 as an engineer runs it takes
+    # them in the input-gradient step of their stage, which is the same schedule as ZB-H1 on the
+    # chain with each end written into its stage's blocks (the reference, built here by hand).
+    for n in (4, 8):
+        spec, merged = _zb_with_ends(n, False), _zb_with_ends(n, True)
+        got = build(spec, name)  # validated inside
+        assert got.makespan(spec) == build(merged, name).makespan(merged)
+        assert got.makespan(spec) < build(spec, "1f1b-capped").makespan(spec)  # the W passes fill bubbles
+        order3 = [(s.block, s.mb) for s in sorted(got.slots) if s.block in ("HB", "I3")]
+        assert order3 == [x for mb in range(n) for x in (("HB", mb), ("I3", mb))]
+    with unfolded(), pytest.raises(NotApplicable, match="block EB is a whole backward|block HB is a whole backward"):
+        build(spec, "zb-h1")
+    row, _ = baseline_row(spec, name, 8)
+    assert "whole backward in the I step" in label(row)
+
+
+def test_zb_h1_refuses_a_stage_with_no_weight_gradient():
+    text = ("devices 2\nmemory 4\nmicrobatches 4\nmode train\n"
+            "forward F0 on 0 time 1 memory 1\ninput_grad I0 of F0 time 2\nweight_grad W0 of F0 time 1 memory -1\n"
+            "forward F1 on 1 time 1 memory 1\nbackward B1 of F1 time 3 memory -1\n"
+            "F0 -> F1 -> B1 -> I0\nI0 -> W0\n")
+    with pytest.raises(NotApplicable, match="stage of F1 has no weight_grad block"):
+        build(parse(text), "zb-h1")

@@ -273,3 +273,14 @@ def test_unknown_set_and_bad_mode():
     with pytest.raises(SpecError) as info:
         parse(HEAD + "forward A on 0 time 1\n", sets={"Q": "3"}, mode="sideways")
     assert sorted(d.code for d in info.value.diagnostics) == ["bad-mode", "unknown-set"]
+
+
+def test_a_backward_without_of_is_reported_once_with_the_fix():
+    # Neither name guesses its forward (B<x> -> F<x>, <x>B -> <x>): one diagnostic each, at the
+    # declaration, saying to write `of NAME`; the checker's "has no forward block" is the same fault.
+    text = HEAD + "forward F0 on 0 time 1 memory 1\nfor s in 0..1:\n    backward I{s} on 0 time 2 memory -1\nF0 -> I0\n"
+    with pytest.raises(SpecError) as err:
+        parse(text, "b.tsl")
+    found = [(d.code, d.message.split(" does not say")[0], d.location.line) for d in err.value.diagnostics]
+    assert found == [("missing-forward", "backward block I0", 5), ("missing-forward", "backward block I1", 5)]
+    assert all("write `of NAME`" in d.message for d in err.value.diagnostics)

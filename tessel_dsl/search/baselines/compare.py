@@ -122,6 +122,7 @@ def memory_adaptation(spec: Spec, name: str, n: int, schedule: Schedule) -> str:
 
 
 JOINED = "each weight gradient runs right after its input gradient, as one backward"
+WHOLE = "a whole backward runs in its stage's input-gradient step: "
 
 
 def placement_adaptation(spec: Spec, name: str) -> str:
@@ -133,6 +134,7 @@ def placement_adaptation(spec: Spec, name: str) -> str:
 
     sides = side_blocks(spec)
     split = any(b.kind is Kind.WEIGHT_GRAD for b in spec.blocks)
+    whole = [b.name for b in spec.blocks if b.kind is Kind.BACKWARD]
     if not sides and not split:
         return ""
     try:
@@ -143,7 +145,10 @@ def placement_adaptation(spec: Spec, name: str) -> str:
         pass
     except TesselError:
         return ""
-    said = [JOINED] if split else []
+    if name.startswith("zb"):  # the zero-bubble family keeps the split; only a whole backward is fitted in
+        said = [WHOLE + ", ".join(whole)] if whole else []
+    else:
+        said = [JOINED] if split else []
     if sides:
         said.append("side block(s) run where they feed, " + ", ".join(
             f"{s} (device {','.join(map(str, spec.block(s).devices))}) in the stage of {u}" for s, u in sides.items()))
@@ -155,7 +160,8 @@ def label(row: Row) -> str:
     says so."""
     extra = row.extra or {}
     fitted = extra.get("placement") or ""
-    tags = (["backward not split"] if JOINED in fitted else []) + (["side blocks folded"] if "side block" in fitted else [])
+    tags = (["backward not split"] if JOINED in fitted else []) + (["side blocks folded"] if "side block" in fitted else []) \
+        + (["whole backward in the I step"] if WHOLE in fitted else [])
     why = extra.get("memory")
     if why:
         tags.append(f"{'capped' if why.startswith('capped') else 'adapted'} to memory")

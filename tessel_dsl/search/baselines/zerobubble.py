@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from tessel_dsl.analysis import reachable
 from tessel_dsl.errors import InfeasibleError
 from tessel_dsl.ir import Kind, Spec
-from tessel_dsl.search.baselines.chain import NotApplicable, _ordered, _runs
+from tessel_dsl.search.baselines.chain import _FOLD, NotApplicable, _ordered, _runs
 from tessel_dsl.search.baselines.listsched import Key
 from tessel_dsl.units import capacity_in, memory_in
 
@@ -58,12 +58,16 @@ def find_split_stages(spec: Spec, *, who: str) -> tuple[SplitStage, ...]:
     placement it needs."""
     need = (f"{who} needs a chain of stages with the backward split into input_grad and weight_grad "
             "blocks (specs/zerobubble.tsl)")
-    whole = next((b.name for b in spec.blocks if b.kind is Kind.BACKWARD), None)
-    if whole is not None:
-        raise NotApplicable(f"{need}; block {whole} is a whole backward")
+    whole = [b.name for b in spec.blocks if b.kind is Kind.BACKWARD]
+    split = any(b.kind is Kind.INPUT_GRAD for b in spec.blocks)
+    if whole and not (split and _FOLD.get()):
+        raise NotApplicable(f"{need}; block {whole[0]} is a whole backward")
+    # A whole backward beside split ones (an embedding's or a head's, not worth splitting) is
+    # what the stage before waits for, like an input gradient: it runs in its stage's input
+    # gradient step, as an engineer would run ZB on such a model (`compare` says so).
     order = list(spec.topo_order)
     fwd = _runs(spec, [n for n in order if not spec.block(n).kind.is_backward])
-    igr = _runs(spec, [n for n in order if spec.block(n).kind is Kind.INPUT_GRAD])
+    igr = _runs(spec, [n for n in order if spec.block(n).kind in (Kind.INPUT_GRAD, Kind.BACKWARD)])
     if not fwd or not igr:
         raise NotApplicable(f"{need}; there is no {'forward' if not fwd else 'input_grad'} block")
     sets = {devs for devs, _ in fwd}
@@ -89,6 +93,9 @@ def find_split_stages(spec: Spec, *, who: str) -> tuple[SplitStage, ...]:
         if k is None or tuple(sorted(b.devices)) != fwd[k][0]:
             raise NotApplicable(f"{need}; weight_grad block {n} does not belong to a forward stage's devices")
         weights[k].append(n)
+    bare = next((k for k, w in enumerate(weights) if not w), None)
+    if bare is not None:  # its in-flight count ends at a weight gradient
+        raise NotApplicable(f"{need}; the stage of {fwd[bare][1][0]} has no weight_grad block")
     return tuple(SplitStage(devs, tuple(names), tuple(inames), tuple(weights[k]))
                  for k, ((devs, names), (_, inames)) in enumerate(zip(fwd, reversed(igr))))
 
