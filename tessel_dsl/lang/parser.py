@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import heapq
 import importlib.resources
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -135,7 +136,9 @@ def _syntax_error(text: str, file: str, line: int, column: int, message: str,
 def _parser_expected(e: UnexpectedToken) -> tuple[str, ...]:
     """What the parser would have accepted; lark's own list can name the lexer's view instead."""
     try:
-        names = [n for n in e.interactive_parser.choices() if n.isupper() or n.startswith(("_", "$"))]
+        # Terminals only: lark's own rules (``__block_star_5``) mean nothing to the user.
+        names = [n for n in e.interactive_parser.choices()
+                 if n.isupper() or (n.startswith(("_", "$")) and not n.startswith("__"))]
     except Exception:  # no parser state to ask: fall back to lark's list
         names = []
     return _expected(names or e.expected)
@@ -165,7 +168,11 @@ def _convert(e: Exception, text: str, file: str, line_off: int = 0, col_off: int
         what = _TOKEN_WORDS.get(tok.type) if tok.type in ("_NEWLINE", "_INDENT", "_DEDENT") else None
         what = what or f"'{tok}'"
         line, column = (tok.line, tok.column) if tok.line else (e.line, e.column)
-        return _syntax_error(text, file, *at(line or -1, column or 1), f"unexpected {what}", expected)
+        message = f"unexpected {what}"
+        before = text.splitlines()[line - 1][:column - 1] if not line_off and line and 0 < line <= len(text.splitlines()) else ""
+        if tok.type == "COMMA" and re.search(r"\bon\s+[^\s\[]+$", before):
+            message += " (several devices are written [0, 1] or 0..1)"
+        return _syntax_error(text, file, *at(line or -1, column or 1), message, expected)
     if isinstance(e, UnexpectedEOF):
         return _syntax_error(text, file, -1, 1, "unexpected end of file", _expected(e.expected))
     return _syntax_error(text, file, *at(getattr(e, "line", -1) or -1, getattr(e, "column", 1) or 1),

@@ -52,3 +52,16 @@ def test_cannot_read_names_the_file_and_no_blocks_its_line(tmp_path):
     with pytest.raises(SpecError) as info:
         parse_file(empty)
     assert str(info.value) == f"{empty}:1:1: error[no-blocks]: the placement declares no blocks"
+
+
+@pytest.mark.parametrize("devices", ["0,1", "2*s, 2*s+1"])
+def test_a_device_list_without_brackets_says_how_to_write_it(devices):
+    text = f"devices 4\nmemory 4\nfor s in 0..1:\n    forward A{{s}} on {devices} time 1 memory 1\n"
+    with pytest.raises(TslSyntaxError) as info:
+        parse(text, "s.tsl")
+    err = info.value
+    assert (err.location.line, err.location.column) == (4, 21 + devices.index(","))
+    assert "several devices are written [0, 1] or 0..1" in str(err)
+    # only what may be written there is offered: the parser's own rule names are not
+    assert err.expected and not any(w.startswith("__") or "star" in w for w in err.expected)
+    assert "'time'" in err.expected and "'memory'" in err.expected
