@@ -132,11 +132,13 @@ def source_notes(spec: Spec, microbatches: int, stated: int, unit: int = 1) -> t
     cut = cached(spec, microbatches)
     said = ()
     if device_bound > cheap and device_bound == stated:
-        others = max(cheap, cut.bound if cut is not None else 0) * unit
+        cuts_too = cut is not None and cut.bound == device_bound  # then "the other bounds" are the analytic ones
+        others = max(cheap, cut.bound if cut is not None and not cuts_too else 0) * unit
+        extra = {"cuts_too": True} if cuts_too else {}
         if len(devices) == 1:
-            said += (note("bound-one-device", bound=device_bound * unit, device=devices[0], analytic=others),)
+            said += (note("bound-one-device", bound=device_bound * unit, device=devices[0], analytic=others, **extra),)
         else:
-            said += (note("bound-devices", bound=device_bound * unit, devices=list(devices), analytic=others),)
+            said += (note("bound-devices", bound=device_bound * unit, devices=list(devices), analytic=others, **extra),)
     others = max(cheap, device_bound)
     if cut is not None and cut.bound > others and cut.bound == stated:
         said += (note("bound-held-cuts", bound=cut.bound * unit, analytic=others * unit),)

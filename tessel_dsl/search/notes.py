@@ -25,6 +25,10 @@ def note(kind: str, **values: Any) -> Note:
     return Note(kind, {k: _plain(v) for k, v in values.items()})
 
 
+def _cuts_too(v: dict) -> str:
+    return "; the whole schedule with memory as holding cuts proves the same" if v.get("cuts_too") else ""
+
+
 def _g(x: float) -> str:
     return f"{x:g}"
 
@@ -133,11 +137,12 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
            else "; it has no fixed-period steady state, so the plan does not re-extend to another N (search again)")),
     "bound-one-device": lambda v: (
         f"the makespan lower bound {v['bound']} is device {v['device']}'s alone: its blocks for every "
-        f"micro-batch within its memory, the other devices' only as delays (the other bounds give {v['analytic']})"),
+        f"micro-batch within its memory, the other devices' only as delays (the other bounds give {v['analytic']}"
+        f"{_cuts_too(v)})"),
     "bound-devices": lambda v: (
         f"the makespan lower bound {v['bound']} is devices {', '.join(map(str, v['devices']))} together: "
         f"their blocks for every micro-batch within their memory, the other devices' only as delays "
-        f"(the other bounds give {v['analytic']})"),
+        f"(the other bounds give {v['analytic']}{_cuts_too(v)})"),
     "bound-held-cuts": lambda v: (
         f"the makespan lower bound {v['bound']} is proven on every block instance with memory as holding cuts "
         f"(the other bounds give {v['analytic']})"),

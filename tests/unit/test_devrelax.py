@@ -234,3 +234,18 @@ def test_an_unrolled_spec_takes_its_parents_bound_without_solving_its_own(monkey
     small = _unrolled(spec, 2, 3)
     to = optimal(small, 2, effort=30)
     assert to.info.proven and makespan_bound(small, 2, above=10**6) <= to.schedule.makespan(small)
+
+
+def test_a_bound_the_cuts_prove_too_names_the_analytic_one_as_the_other(monkeypatch):
+    # The same memchain bound, 1416 from devices 0-3 and 7, when the whole schedule with memory as
+    # holding cuts proved 1416 as well: "the other bounds" are then the analytic ones (1353), not
+    # the tie, and the note says the cuts prove the same.
+    from tessel_dsl.search import heldcuts
+    from tessel_dsl.search.notes import render
+
+    spec = parse_file(ROOT / "bench/specs/real/memchain.tsl")
+    bounds._LAST.clear()
+    assert makespan_bound(spec, 24, above=1452) == 1416
+    monkeypatch.setattr(heldcuts, "_LAST", [spec, 24, heldcuts.CutAnswer(1416, None, False), 2.0])
+    text = render(bounds.source_notes(spec, 24, 1416))
+    assert "(the other bounds give 1353; the whole schedule with memory as holding cuts proves the same)" in text
