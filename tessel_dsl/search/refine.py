@@ -50,7 +50,7 @@ PROOF_EFFORT = 0.5       # budget (at most the re-solve's) of the first, proof-m
 WHOLE_EFFORT = 6.0       # budget of a whole re-solve of a small schedule (at most FULL_RESOLVE_TASKS instances)
 
 
-_BUILT: list = []  # the last spec's applicable baselines: (spec, n, [(schedule, name)] shortest first, complete)
+_BUILT: list = []  # the last spec's applicable baselines: (spec, n, [(schedule, name)] shortest first, complete, adapted)
 
 
 def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = None) -> tuple[Schedule, str] | None:
@@ -60,8 +60,10 @@ def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = No
     With `clock` (optional), once the user's wall-clock limit has run out the in-flight descent
     (`inflight.py`) stops early, and what it gave is kept only for callers out of time too."""
     from tessel_dsl.search.baselines import RECORDS, build
+    from tessel_dsl.search.baselines.chain import _FOLD
 
-    kept = _BUILT and _BUILT[0][0] is spec and _BUILT[0][1] == n
+    # (kept per spec, N and whether placements are adapted: `chain.unfolded` changes what applies)
+    kept = _BUILT and _BUILT[0][0] is spec and _BUILT[0][1] == n and _BUILT[0][4] == _FOLD.get()
     if not (kept and (_BUILT[0][3] or (clock is not None and clock.spent()))):
         found = []
         for name in (b.name for b in RECORDS if b.seeds_search):
@@ -76,7 +78,7 @@ def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = No
 
         add_tuned(spec, n, found, large=n * len(spec.blocks) > REFINE_MAX_TASKS, clock=clock)
         _BUILT[:] = [(spec, n, [(sched, name) for _, _, sched, name in sorted(found)],
-                    clock is None or not clock.spent())]
+                    clock is None or not clock.spent(), _FOLD.get())]
     best = _BUILT[0][2][0] if _BUILT[0][2] else None
     if best is None or (than is not None and best[0].makespan(spec) >= than):
         return None

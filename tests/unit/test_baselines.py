@@ -120,7 +120,7 @@ APPLICABLE = {
     xshape: ({"gpipe", "chimera"},),
     mshape: ({"gpipe", "1f1b+", "gpipe+"},),
     nnshape: ({"gpipe", "1f1b+", "gpipe+"},),
-    kshape: ({"gpipe"},),
+    kshape: ({"gpipe", "1f1b+", "gpipe+"},),  # the two towers laid out one after the other (branches.py)
 }
 NAMES = tuple(BY_NAME)
 

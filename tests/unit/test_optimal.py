@@ -36,7 +36,7 @@ def test_to_runs_each_block_in_microbatch_order():
     (vshape, 4, ("1f1b", "1f1b+", "gpipe")),
     (mshape, 4, ("1f1b+", "gpipe")),
     (nnshape, 3, ("1f1b+", "gpipe")),
-    (kshape, 3, ("gpipe",)),
+    (kshape, 3, ("gpipe", "1f1b+")),  # 1F1B+ on the towers laid out one after the other
     (xshape, 2, ("chimera", "gpipe")),
 ], ids=lambda x: getattr(x, "__name__", None))
 def test_no_valid_schedule_beats_to(shape, n, applicable):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tessel_dsl.lang.parser import parse_file
 from tessel_dsl.schedule import Schedule
 from tessel_dsl.search.baselines import build
+from tessel_dsl.search.baselines.chain import unfolded
 from tessel_dsl.search.baselines.pinned import pinned_orders
 from tessel_dsl.search.bounds import makespan_bound
 from tessel_dsl.search.compact import compact
@@ -64,9 +65,10 @@ def test_nothing_where_it_does_not_apply():
     # A chain without multi-device blocks at its time bound: 1F1B+ is 1F1B, nothing is shorter.
     spec = vshape(devices=4, memory=4, fwd=1, bwd=2, microbatches=8)
     assert searched_warmups(spec, 8, build(spec, "1f1b", 8).makespan(spec)) is None
-    # Two towers meeting in an all-device block: no chain to pin it into.
+    # Two towers meeting in an all-device block, as written: no chain to pin it into.
     kshape = parse_file(ROOT / "specs" / "kshape.tsl")
-    assert searched_warmups(kshape, kshape.microbatches, 10**6) is None
+    with unfolded():
+        assert searched_warmups(kshape, kshape.microbatches, 10**6) is None
 
 
 def test_a_plan_naming_it_rebuilds_it_for_another_n():
@@ -80,3 +82,19 @@ def test_a_plan_naming_it_rebuilds_it_for_another_n():
         tuned = searched_warmups(spec, n, gpipe.makespan(spec))
         assert got.slots == (tuned or gpipe).slots
     assert baseline_for(spec, NAME, 8).makespan(spec) == 64 < build(spec, "gpipe+", 8).makespan(spec) == 72
+
+
+def test_towers_get_warmups_searched_on_the_chain_they_are_laid_out_as():
+    # With the towers one after the other (`baselines/branches.py`) 1F1B+'s warmups are searched
+    # like any chain's: a schedule valid on the spec as written, every block of every micro-batch
+    # once, and, asked to beat one, only ever a shorter one.
+    from tessel_dsl.validate import validate
+
+    kshape = parse_file(ROOT / "specs" / "kshape.tsl")
+    n = kshape.microbatches
+    got = searched_warmups(kshape, n, 10**6)
+    validate(kshape, got)
+    assert sorted((s.block, s.mb) for s in got.slots) == sorted((b.name, mb) for b in kshape.blocks for mb in range(n))
+    than = got.makespan(kshape)
+    again = searched_warmups(kshape, n, than)
+    assert again is None or again.makespan(kshape) < than

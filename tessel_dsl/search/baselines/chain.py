@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from tessel_dsl.analysis import reachable
 from tessel_dsl.errors import TesselError
 from tessel_dsl.ir import Block, Kind, Spec
+from tessel_dsl.search.baselines import branches
 
 
 class NotApplicable(TesselError):
@@ -191,8 +192,14 @@ def find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None =
     """
     try:
         return _find_stages(spec, who=who, names=names)
-    except NotApplicable:
+    except NotApplicable as first:
         sides = side_blocks(spec, names) if _FOLD.get() else {}
+        towers = branches.sequence(spec, names) if _FOLD.get() and not sides else None
+        if towers is not None:
+            try:
+                return _find_stages(spec, who=who, names=names, forward=towers)
+            except NotApplicable:
+                raise first from None  # the placement as written says why
         if not sides:
             raise
         folded = set(sides) | {b.name for b in spec.blocks if b.kind.is_backward and b.forward in sides}
@@ -210,19 +217,24 @@ def _stage(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
 
 
-def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None = None) -> tuple[GroupStage, ...]:
+def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None = None,
+                 forward: list[str] | None = None) -> tuple[GroupStage, ...]:
     """`find_stages` on the placement as written.
 
     Forward blocks, in dependency order, are cut into runs on one device set; each run is a
     stage, each stage's first block depends on the previous stage's last one, and no device
     belongs to two stages. Backward blocks form the same stages in reverse order (none when
-    there is no backward pass).
+    there is no backward pass). `forward`: the forward blocks in the order of parallel
+    branches laid out one after the other (`branches.sequence`), where the stages need not
+    depend on each other in turn.
     """
     need = (f"{who} needs a chain of stages (consecutive blocks on one device or one tensor-parallel "
             "group, each device in one stage, run in sequence)")
     order = [n for n in spec.topo_order if names is None or n in names]
-    fwd = _runs(spec, [n for n in order if not spec.block(n).kind.is_backward])
+    fwd = _runs(spec, forward if forward is not None else [n for n in order if not spec.block(n).kind.is_backward])
     back_names = [n for n in order if spec.block(n).kind.is_backward]
+    if forward is not None:
+        back_names = branches.backward_sequence(spec, back_names, forward)
     bwd = _runs(spec, _weights_after_inputs(spec, back_names) if _FOLD.get() else back_names)
     if not fwd:
         raise NotApplicable(f"{need}; there is no forward block")
@@ -244,7 +256,7 @@ def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None 
                 raise NotApplicable(f"{need}; device {d} holds two stages ({stage[d]} and {_stage(names)})")
             owner[d], stage[d] = names[0], _stage(names)
     flat = [n for _, names in fwd for n in names]
-    if not _ordered(flat, reach):
+    if forward is None and not _ordered(flat, reach):
         raise NotApplicable(f"{need}; the forward blocks {', '.join(flat)} do not form one sequence (they branch)")
     if not bwd:
         return tuple(GroupStage(devs, tuple(names)) for devs, names in fwd)
@@ -252,7 +264,7 @@ def _find_stages(spec: Spec, *, who: str = "1F1B", names: frozenset[str] | None 
     back = [n for _, names in bwd for n in names if spec.block(n).kind is not Kind.WEIGHT_GRAD]
     if [devs for devs, _ in bwd] != [devs for devs, _ in reversed(fwd)]:
         raise NotApplicable(f"{need}; the backward blocks do not retrace the forward stages in reverse")
-    if not back or not _ordered(back, reach) or back[0] not in reach[flat[-1]]:
+    if not back or (forward is None and (not _ordered(back, reach) or back[0] not in reach[flat[-1]])):
         raise NotApplicable(f"{need}; the backward blocks do not retrace the forward ones in reverse")
     return tuple(GroupStage(devs, tuple(names), tuple(bnames))
                  for (devs, names), (_, bnames) in zip(fwd, reversed(bwd)))

@@ -122,20 +122,24 @@ def memory_adaptation(spec: Spec, name: str, n: int, schedule: Schedule) -> str:
 
 
 JOINED = "each weight gradient runs right after its input gradient, as one backward"
+TOWERS = "parallel branches run one after the other as one chain of stages: "
 WHOLE = "a whole backward runs in its stage's input-gradient step: "
 
 
 def placement_adaptation(spec: Spec, name: str) -> str:
     """How baseline `name` was fitted to the placement, or "" if it takes it as written: side
     blocks (`chain.side_blocks`) run in the stage of the block they feed; a split backward runs
-    as one (`JOINED`), as 1F1B runs a model whose backward is not split."""
+    as one (`JOINED`), as 1F1B runs a model whose backward is not split; parallel branches run
+    one after the other (`branches.py`)."""
     from tessel_dsl.ir import Kind
+    from tessel_dsl.search.baselines import branches
     from tessel_dsl.search.baselines.chain import side_blocks, unfolded
 
     sides = side_blocks(spec)
     split = any(b.kind is Kind.WEIGHT_GRAD for b in spec.blocks)
     whole = [b.name for b in spec.blocks if b.kind is Kind.BACKWARD]
-    if not sides and not split:
+    towers = "" if sides else branches.describe(spec)
+    if not sides and not split and not towers:
         return ""
     try:
         with unfolded():
@@ -149,6 +153,8 @@ def placement_adaptation(spec: Spec, name: str) -> str:
         said = [WHOLE + ", ".join(whole)] if whole else []
     else:
         said = [JOINED] if split else []
+    if towers:
+        said.append(f"{TOWERS}{towers}")
     if sides:
         said.append("side block(s) run where they feed, " + ", ".join(
             f"{s} (device {','.join(map(str, spec.block(s).devices))}) in the stage of {u}" for s, u in sides.items()))
@@ -161,7 +167,8 @@ def label(row: Row) -> str:
     extra = row.extra or {}
     fitted = extra.get("placement") or ""
     tags = (["backward not split"] if JOINED in fitted else []) + (["side blocks folded"] if "side block" in fitted else []) \
-        + (["whole backward in the I step"] if WHOLE in fitted else [])
+        + (["whole backward in the I step"] if WHOLE in fitted else []) \
+        + (["branches in sequence"] if TOWERS in fitted else [])
     why = extra.get("memory")
     if why:
         tags.append(f"{'capped' if why.startswith('capped') else 'adapted'} to memory")
