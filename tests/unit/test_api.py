@@ -65,7 +65,11 @@ def test_errors_are_exported_and_share_one_root():
 
 
 def test_module_docstring_examples():
-    result = doctest.testmod(tessel_dsl, optionflags=doctest.NORMALIZE_WHITESPACE)
+    # The examples use the package's names as `from tessel_dsl import *` gives them; the lazy ones
+    # are not in the module's namespace until first asked for, so they are passed in (run alone,
+    # or first in its worker, the test otherwise failed on `validate` not being defined).
+    names = {name: getattr(tessel_dsl, name) for name in tessel_dsl.__all__}
+    result = doctest.testmod(tessel_dsl, extraglobs=names, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
 
 
