@@ -60,10 +60,10 @@ def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = No
     With `clock` (optional), once the user's wall-clock limit has run out the in-flight descent
     (`inflight.py`) stops early, and what it gave is kept only for callers out of time too."""
     from tessel_dsl.search.baselines import RECORDS, build
-    from tessel_dsl.search.baselines.chain import _FOLD
+    from tessel_dsl.search.baselines.chain import adapting
 
     # (kept per spec, N and whether placements are adapted: `chain.unfolded` changes what applies)
-    kept = _BUILT and _BUILT[0][0] is spec and _BUILT[0][1] == n and _BUILT[0][4] == _FOLD.get()
+    kept = _BUILT and _BUILT[0][0] is spec and _BUILT[0][1] == n and _BUILT[0][4] == adapting()
     if not (kept and (_BUILT[0][3] or (clock is not None and clock.spent()))):
         found = []
         for name in (b.name for b in RECORDS if b.seeds_search):
@@ -78,7 +78,7 @@ def best_baseline(spec: Spec, n: int, than: int | None, clock: Clock | None = No
 
         add_tuned(spec, n, found, large=n * len(spec.blocks) > REFINE_MAX_TASKS, clock=clock)
         _BUILT[:] = [(spec, n, [(sched, name) for _, _, sched, name in sorted(found)],
-                    clock is None or not clock.spent(), _FOLD.get())]
+                    clock is None or not clock.spent(), adapting())]
     best = _BUILT[0][2][0] if _BUILT[0][2] else None
     if best is None or (than is not None and best[0].makespan(spec) >= than):
         return None

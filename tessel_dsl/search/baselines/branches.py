@@ -23,9 +23,11 @@ def sequence(spec: Spec, names: frozenset[str] | None = None) -> list[str] | Non
     None when the forward blocks have a single source (a chain, or a branch that no order of
     towers makes one: the caller's own checks decide)."""
     got = _towers(spec, names)
-    if got is None:
-        return None
-    order, tower = got
+    return None if got is None else _laid_out(*got)
+
+
+def _laid_out(order: list[str], tower: dict[str, int]) -> list[str]:
+    """`order` (dependency order) tower by tower, each tower's blocks keeping their order."""
     pos = {n: i for i, n in enumerate(order)}
     return sorted(order, key=lambda n: (tower[n], pos[n]))
 
@@ -53,7 +55,7 @@ def describe(spec: Spec, names: frozenset[str] | None = None) -> str:
         return ""
     tower = got[1]
     parts: list[list[str]] = []
-    for n in sequence(spec, names) or []:
+    for n in _laid_out(*got):
         if parts and tower[parts[-1][-1]] == tower[n]:
             parts[-1].append(n)
         else:

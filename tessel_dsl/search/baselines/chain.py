@@ -144,6 +144,11 @@ def unfolded() -> Iterator[None]:
         _FOLD.reset(token)
 
 
+def adapting() -> bool:
+    """Whether placements are fitted as an engineer would run them (False inside `unfolded`)."""
+    return _FOLD.get()
+
+
 def side_blocks(spec: Spec, names: frozenset[str] | None = None) -> dict[str, str]:
     """Side blocks: a forward block with no input whose every consumer runs on its own devices,
     beside a chain that starts elsewhere (a text embedding on the first language-model GPU

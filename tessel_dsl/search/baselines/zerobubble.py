@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from tessel_dsl.analysis import reachable
 from tessel_dsl.errors import InfeasibleError
 from tessel_dsl.ir import Kind, Spec
-from tessel_dsl.search.baselines.chain import _FOLD, NotApplicable, _ordered, _runs
+from tessel_dsl.search.baselines.chain import NotApplicable, _ordered, _runs, adapting
 from tessel_dsl.search.baselines.listsched import Key
 from tessel_dsl.units import capacity_in, memory_in
 
@@ -60,7 +60,7 @@ def find_split_stages(spec: Spec, *, who: str) -> tuple[SplitStage, ...]:
             "blocks (specs/zerobubble.tsl)")
     whole = [b.name for b in spec.blocks if b.kind is Kind.BACKWARD]
     split = any(b.kind is Kind.INPUT_GRAD for b in spec.blocks)
-    if whole and not (split and _FOLD.get()):
+    if whole and not (split and adapting()):
         raise NotApplicable(f"{need}; block {whole[0]} is a whole backward")
     # A whole backward beside split ones (an embedding's or a head's, not worth splitting) is
     # what the stage before waits for, like an input gradient: it runs in its stage's input
