@@ -23,12 +23,25 @@ test suite minutes for nothing):
 
 (`python bench/search_real.py --only memchain:D=8 mshape8:MEM=24`.)
 
-A window is solved only when at most `WINDOW_MAX_FREE` (instance, device) pairs start at or after
-its beginning (the instances that may move). Above that, CP-SAT's one worker did not even rebuild
-the schedule it was given within the window's budget: on an 8-GPU M-shape of 640 instances, a
-Qwen-32B interleaved over 8 GPUs (1024) and the specs above, every window with 450 or more such
-pairs ended with nothing, each at 1.5 to 4 s of CPU, and every gain came from windows with 105 to
-313. Skipping them kept every result above and cut the sweep's CPU from 14-24 s to 3-9 s.
+A window is solved with the rest of the schedule free only when at most `WINDOW_MAX_FREE`
+(instance, device) pairs start at or after its beginning (the instances that may move). Above
+that, CP-SAT's one worker did not even rebuild the schedule it was given within the window's
+budget: on an 8-GPU M-shape of 640 instances, a Qwen-32B interleaved over 8 GPUs (1024) and the
+specs above, every window with 450 or more such pairs ended with nothing, each at 1.5 to 4 s of
+CPU, and every gain came from windows with 105 to 313.
+
+**A rigid tail** (`_solve_rigid`) lets those earlier windows move too: the instances that start
+at or after ``t1`` keep their times relative to each other and all move by one amount ``delta``
+(the model's one extra variable, a task on no device as long as the tail), so what the window
+gains carries to the end. That stays valid when, on each device, everything not in the tail
+ends before the tail's first instance there starts (moved by ``delta``) and every dependency
+into the tail holds with ``delta``: the tail's own dependencies, order and memory sums are
+those of the schedule (the same instances precede it on every device, so its running sums
+start from the same level). Only the window's instances are free, so a window costs about as
+much wherever it lies. On bench/specs/real/phi3_medium_zb8.tsl (N = 32), from the plan of the
+search without them, a sweep of such windows on 2 units each gives 11339 -> 10225 ms (the
+makespan bound is 9645), on llama70b_zb16_mem.tsl 17865 -> 17383, on
+qwen14b_interleaved8_a100.tsl 17234 -> 17134.
 
 It does not prove anything: the pinned prefix and the fixed orders make each solve a
 restriction, not a relaxation.
@@ -44,6 +57,7 @@ WINDOW_EFFORT = 1.0  # deterministic solver budget of each window's solve
 WINDOW_SHARE = 5  # a window is 1 / WINDOW_SHARE of the makespan wide ...
 WINDOW_STEP_SHARE = 10  # ... and one starts every 1 / WINDOW_STEP_SHARE of it
 WINDOW_MAX_FREE = 400  # a window is skipped when more (instance, device) pairs than this are not pinned
+RIGID_WINDOWS = 4  # the rigid-tail solves of one sweep share this many windows' budgets
 WINDOW_MAX_TASKS = 2500  # block instances: above this one window's model costs more than it wins
 
 
@@ -69,34 +83,39 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
     start = starts_in_order(spec, schedule.slots)
     span = schedule.makespan(spec)
     best = None
+    spent = [0.0]  # deterministic time of the rigid-tail solves, within RIGID_WINDOWS * effort
     t0 = 0
     while t0 < span:
         limit = left()
         if limit is not None and limit <= 0.05:
             break
+        t1 = t0 + max(1, span // WINDOW_SHARE)
         movable = sum(len(spec.block(k[0]).devices) for k in keys if start[k] >= t0)
-        found = None if movable > WINDOW_MAX_FREE else \
-            _solve_window(spec, schedule, index, base, start, t0, span, limit, solver, effort)
+        free = sum(len(spec.block(k[0]).devices) for k in keys if t0 <= start[k] < t1)
+        if movable <= WINDOW_MAX_FREE:
+            found = _solve_window(spec, schedule, index, base, start, t0, t1, span, limit, solver, effort)
+        elif free <= WINDOW_MAX_FREE and spent[0] < RIGID_WINDOWS * effort - 0.05:
+            budget = min(effort, RIGID_WINDOWS * effort - spent[0])
+            found = _solve_rigid(spec, schedule, start, t0, t1, span, limit, solver, budget, spent)
+        else:
+            found = None
         if found is not None:
             best, span, start = found, found.makespan(spec), starts_in_order(spec, found.slots)
         t0 += max(1, span // WINDOW_STEP_SHARE)
     return best
 
 
-def _solve_window(spec: Spec, schedule: Schedule, index, base, start, t0: int, span: int, limit, solver: str,
-                  effort: float) -> Schedule | None:
+def _solve_window(spec: Spec, schedule: Schedule, index, base, start, t0: int, t1: int, span: int, limit,
+                  solver: str, effort: float) -> Schedule | None:
     """One window's solve (module text): a valid schedule shorter than `span`, or None. `index`:
     (block, micro-batch) -> its task number in `base`, the precedences of every micro-batch;
     `start`: the current schedule's starts, relabelled in micro-batch order."""
-    from tessel_dsl.search.compact import compact
     from tessel_dsl.search.solvers import Precedence, Problem, Task, solve
-    from tessel_dsl.validate import validate
 
     keys = list(index)
     tasks = tuple(Task(k, spec.block(k[0]).time, spec.block(k[0]).devices, spec.block(k[0]).memory,
-                       fixed=start[k] if start[k] < t0 else None) for k in keys)
+                       fixed=start[k] if start[k] < t0 else None, group=k[1]) for k in keys)
     prec = list(base)
-    t1 = t0 + max(1, span // WINDOW_SHARE)
     for d in range(spec.devices):
         late = sorted((start[k], index[k]) for k in keys if start[k] >= t1 and d in spec.block(k[0]).devices)
         prec += [Precedence(a, b) for (_, a), (_, b) in zip(late, late[1:])]
@@ -105,10 +124,76 @@ def _solve_window(spec: Spec, schedule: Schedule, index, base, start, t0: int, s
     sol = solve(problem, "makespan", limit, solver=solver, effort=effort)
     if not sol.ok or sol.objective is None or sol.objective >= span:
         return None
-    slots = compact(spec, [Slot(t, k[0], k[1]) for k, t in zip(keys, sol.starts)])
-    found = replace(schedule, slots=tuple(slots), repetend_start=None)
+    return _shorter(spec, schedule, [Slot(t, k[0], k[1]) for k, t in zip(keys, sol.starts)], span)
+
+
+def _shorter(spec: Spec, schedule: Schedule, slots: list[Slot], span: int) -> Schedule | None:
+    """`schedule` with these slots (compacted), checked again, when it is shorter than `span`."""
+    from tessel_dsl.search.compact import compact
+    from tessel_dsl.validate import validate
+
+    found = replace(schedule, slots=tuple(compact(spec, slots)), repetend_start=None)
     validate(spec, found)
     return found if found.makespan(spec) < span else None
+
+
+def _solve_rigid(spec: Spec, schedule: Schedule, start, t0: int, t1: int, span: int, limit, solver: str,
+                 effort: float, spent: list[float]) -> Schedule | None:
+    """One window's solve with the tail moved as one piece (module text, "A rigid tail"): a
+    valid schedule shorter than `span`, or None. `start`: the schedule's starts, relabelled in
+    micro-batch order; `spent[0]` grows by the solve's deterministic time."""
+    from tessel_dsl.search.lags import lag
+    from tessel_dsl.search.solvers import Precedence, Problem, Task, microbatch_order, solve
+
+    n = schedule.microbatches
+    keys = [(b.name, mb) for mb in range(n) for b in spec.blocks]
+    time = {k: spec.block(k[0]).time for k in keys}
+    tail = [k for k in keys if start[k] >= t1]
+    if not tail:
+        return None
+    # Instances that ended a window's width before t0 are left out: their memory is the level
+    # the rest starts from, and nothing in the model may start before that point.
+    since = max(0, t0 - (t1 - t0))
+    gone = {k for k in keys if start[k] + time[k] <= since}
+    held = [k for k in keys if start[k] < t1 and k not in gone]
+    initial = [0] * spec.devices
+    for k in gone:
+        for d in spec.block(k[0]).devices:
+            initial[d] += spec.block(k[0]).memory
+    index = {k: i for i, k in enumerate(held)}
+    shift = len(held)  # the tail's task: it starts at t1 + delta and ends where the moved tail ends
+    release = {k: since for k in held}
+    first: dict[int, int] = {}  # each device's first tail instance
+    for k in tail:
+        for d in spec.block(k[0]).devices:
+            first[d] = min(first.get(d, start[k]), start[k])
+    prec, tail_release = [], 0
+    for mb in range(n):
+        for e in spec.edges:
+            a, b, gap = (e.src, mb), (e.dst, mb), lag(spec, e.src, e.dst)
+            if a in gone and b in index:
+                release[b] = max(release[b], start[a] + time[a] + gap)
+            elif a in gone and b not in gone:
+                tail_release = max(tail_release, start[a] + time[a] + gap + t1 - start[b])
+            elif a in index and b in index:
+                prec.append(Precedence(index[a], index[b], gap))
+            elif a in index:  # into the tail: b starts at start[b] + delta
+                prec.append(Precedence(index[a], shift, gap + t1 - start[b]))
+    tasks = [Task(k, time[k], spec.block(k[0]).devices, spec.block(k[0]).memory, release=release[k],
+                  fixed=start[k] if start[k] < t0 else None, group=k[1]) for k in held]
+    tasks.append(Task(("tail", n), max(start[k] + time[k] for k in tail) - t1, (), release=tail_release))
+    for k in held:  # each device finishes the rest before its tail starts
+        prec += [Precedence(index[k], shift, t1 - first[d]) for d in spec.block(k[0]).devices if d in first]
+    prec += microbatch_order(index)  # each block's instances in micro-batch order (as in the TO model)
+    problem = Problem(tuple(tasks), tuple(prec), spec.devices, capacity=spec.capacities, horizon=span,
+                      initial_memory=tuple(initial), hints=tuple(start[k] for k in held) + (t1,))
+    sol = solve(problem, "makespan", limit, solver=solver, effort=effort)
+    spent[0] += effort if sol.deterministic is None else sol.deterministic
+    if not sol.ok or sol.objective is None or sol.objective >= span:
+        return None
+    delta = sol.starts[shift] - t1
+    slots = [Slot(t, k[0], k[1]) for k, t in zip(held, sol.starts)] + [Slot(start[k], k[0], k[1]) for k in gone]
+    return _shorter(spec, schedule, slots + [Slot(start[k] + delta, k[0], k[1]) for k in tail], span)
 
 
 def adopt_windows(spec: Spec, result, *, solver: str, clock, effort: float = 0.0):
