@@ -7,8 +7,10 @@ cheaper and still moves what a local change can: the instances that start in a w
 ``[t0, t1)`` are free; those that start before ``t0`` stay where they are; those that start at or
 after ``t1`` may move but keep their order on each device. Everything else is the TO model
 (`optimal.py`): every dependency with its lag, one block at a time per device, each device's
-memory as a running sum, each block's instances in micro-batch order (the schedule is relabelled
-so first, which keeps it valid). The current schedule is a solution, so the solver starts from it
+memory as a running sum (stated as what each micro-batch holds between its changes,
+`solvers/holding.py`: with a plain reservoir CP-SAT often did not even rebuild the schedule it was
+given within a window's budget), each block's instances in micro-batch order (the schedule is
+relabelled so first, which keeps it valid). The current schedule is a solution, so the solver starts from it
 and only a strictly shorter one is kept, checked again against the spec.
 
 The windows are a fifth of the makespan wide and start every tenth, one sweep from the start to
@@ -38,10 +40,13 @@ ends before the tail's first instance there starts (moved by ``delta``) and ever
 into the tail holds with ``delta``: the tail's own dependencies, order and memory sums are
 those of the schedule (the same instances precede it on every device, so its running sums
 start from the same level). Only the window's instances are free, so a window costs about as
-much wherever it lies. On bench/specs/real/phi3_medium_zb8.tsl (N = 32), from the plan of the
-search without them, a sweep of such windows on 2 units each gives 11339 -> 10225 ms (the
-makespan bound is 9645), on llama70b_zb16_mem.tsl 17865 -> 17383, on
-qwen14b_interleaved8_a100.tsl 17234 -> 17134.
+much wherever it lies; instances that ended a window's width before it are left out (their
+memory is the level the model starts from). The rigid windows of one sweep share `RIGID_WINDOWS`
+windows' budgets. With them `tessel search` (defaults, N = 32) gives
+bench/specs/real/phi3_medium_zb8.tsl 11339 -> 10252 ms (the makespan bound is 9645),
+llama70b_zb16_mem.tsl 17865 -> 17405, llama8b_interleaved8_mem.tsl 27709 -> 27178,
+qwen14b_interleaved8_a100.tsl 17234 -> 16589, gemma2_9b_chain8_mem.tsl 13031 -> 12903, for at most
+17 s more CPU (bench/results/search.md, "specs written afterwards").
 
 It does not prove anything: the pinned prefix and the fixed orders make each solve a
 restriction, not a relaxation.
@@ -56,8 +61,10 @@ from tessel_dsl.schedule import Schedule, Slot
 WINDOW_EFFORT = 1.0  # deterministic solver budget of each window's solve
 WINDOW_SHARE = 5  # a window is 1 / WINDOW_SHARE of the makespan wide ...
 WINDOW_STEP_SHARE = 10  # ... and one starts every 1 / WINDOW_STEP_SHARE of it
-WINDOW_MAX_FREE = 400  # a window is skipped when more (instance, device) pairs than this are not pinned
-RIGID_WINDOWS = 4  # the rigid-tail solves of one sweep share this many windows' budgets
+WINDOW_MAX_FREE = 400  # above this many unpinned (instance, device) pairs a window keeps the rest rigid
+# The rigid-tail solves of one sweep share this many windows' budgets: 6 gave 27048 and 16490 on the
+# interleaved specs above for 3 and 2 s more CPU, and 10 the same as 6.
+RIGID_WINDOWS = 4
 WINDOW_MAX_TASKS = 2500  # block instances: above this one window's model costs more than it wins
 
 
