@@ -57,11 +57,6 @@ POLISH_EFFORT = 0.1  # deterministic budget for shortening the micro-batch laten
 # a 128-block model it took 9 of the 9.3 s of CPU of a solve its deterministic time put at 0.04
 # (llama3_405b_interleaved32 of the zoo, P=204, infeasible either way), and no budget bounds it.
 PRESOLVE_MAX_BLOCKS = 64
-# CP-SAT's probing (in presolve and search) is not charged to the deterministic budget either, and
-# on a cyclic model with long periods it is most of the CPU: bench/specs/real/
-# llama8b_interleaved8_mem.tsl (36 blocks, presolve on) at P = 1000 took 53 s of CPU for 2 units
-# with it and 3.7 s without, the answer (unknown) the same. So the cyclic models do without it.
-PROBING_LEVEL = 0
 # Each period is first asked only whether it is infeasible, with CP-SAT's LP relaxation at this
 # level (more cuts); the feasibility solve at the default level runs, as before, only when that
 # does not settle it. At the default level, trying the LP's solutions took 53 s of CPU for one
@@ -211,11 +206,11 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
     # first only whether the period is infeasible, with more LP cuts (`INFEASIBLE_LINEARIZATION`)
     first = INFEASIBLE_EFFORT if effort is None else min(effort, INFEASIBLE_EFFORT)
     found, solver = run_model(m, effort=first, time_limit=time_limit, presolve=presolve,
-                              linearization=INFEASIBLE_LINEARIZATION, probing=PROBING_LEVEL)
+                              linearization=INFEASIBLE_LINEARIZATION)
     _charge(spent, solver.deterministic_time)
     if found == "infeasible":
         return found, None
-    found, solver = run_model(m, effort=effort, time_limit=time_limit, presolve=presolve, probing=PROBING_LEVEL)
+    found, solver = run_model(m, effort=effort, time_limit=time_limit, presolve=presolve)
     _charge(spent, solver.deterministic_time)
     if found != "found":
         return found, None
@@ -227,7 +222,6 @@ def solve_period_cpsat(spec: Spec, period: int, max_nr: int, time_limit: float |
     configure(polish.parameters, effort=POLISH_EFFORT,
               time_limit=None if deadline is None else max(0.01, deadline - time.monotonic()))
     polish.parameters.cp_model_presolve = len(spec.blocks) <= PRESOLVE_MAX_BLOCKS
-    polish.parameters.cp_model_probing_level = PROBING_LEVEL
     st = polish.solve(m2)
     _charge(spent, polish.deterministic_time)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -25,13 +25,12 @@ def configure(params, *, workers: int = 1, effort: float | None = None, time_lim
 
 
 def run_model(model, *, effort: float | None, time_limit: float | None, presolve: bool = True,
-              linearization: int | None = None, probing: int | None = None) -> tuple[str, object]:
+              linearization: int | None = None) -> tuple[str, object]:
     """Solve a CP-SAT model built by a caller (the cyclic models) under `configure`'s settings:
     (status, solver), status "infeasible", "unknown" (nothing found in the budget), or "found"
     (read the values from the solver). `presolve` False skips CP-SAT's presolve, whose CPU its
     deterministic time does not count (`modulo.PRESOLVE_MAX_BLOCKS`). `linearization`: CP-SAT's
-    `linearization_level`, when not its default; `probing`: its `cp_model_probing_level`, when
-    not its default."""
+    `linearization_level`, when not its default."""
     from tessel_dsl.search.solvers.cpsat_module import cp_model
 
     solver = cp_model().CpSolver()
@@ -39,8 +38,6 @@ def run_model(model, *, effort: float | None, time_limit: float | None, presolve
     solver.parameters.cp_model_presolve = presolve
     if linearization is not None:
         solver.parameters.linearization_level = linearization
-    if probing is not None:
-        solver.parameters.cp_model_probing_level = probing
     status = solver.solve(model)
     if status == cp_model().INFEASIBLE:
         return "infeasible", solver
