@@ -7,10 +7,8 @@ cheaper and still moves what a local change can: the instances that start in a w
 ``[t0, t1)`` are free; those that start before ``t0`` stay where they are; those that start at or
 after ``t1`` may move but keep their order on each device. Everything else is the TO model
 (`optimal.py`): every dependency with its lag, one block at a time per device, each device's
-memory as a running sum (stated as what each micro-batch holds between its changes,
-`solvers/holding.py`: with a plain reservoir CP-SAT often did not even rebuild the schedule it was
-given within a window's budget), each block's instances in micro-batch order (the schedule is
-relabelled so first, which keeps it valid). The current schedule is a solution, so the solver starts from it
+memory as a running sum, each block's instances in micro-batch order (the schedule is relabelled
+so first, which keeps it valid). The current schedule is a solution, so the solver starts from it
 and only a strictly shorter one is kept, checked again against the spec.
 
 The windows are a fifth of the makespan wide and start every tenth, one sweep from the start to
@@ -39,7 +37,9 @@ gains carries to the end. That stays valid when, on each device, everything not 
 ends before the tail's first instance there starts (moved by ``delta``) and every dependency
 into the tail holds with ``delta``: the tail's own dependencies, order and memory sums are
 those of the schedule (the same instances precede it on every device, so its running sums
-start from the same level). Only the window's instances are free, so a window costs about as
+start from the same level). Memory is stated there as what each micro-batch holds between its
+changes (`solvers/holding.py`): as a plain running sum CP-SAT did not even rebuild the schedule
+it was given within a window's budget on the interleaved spec below. Only the window's instances are free, so a window costs about as
 much wherever it lies; instances that ended a window's width before it are left out (their
 memory is the level the model starts from). The rigid windows of one sweep share `RIGID_WINDOWS`
 windows' budgets. With them `tessel search` (defaults, N = 32) gives
@@ -121,7 +121,7 @@ def _solve_window(spec: Spec, schedule: Schedule, index, base, start, t0: int, t
 
     keys = list(index)
     tasks = tuple(Task(k, spec.block(k[0]).time, spec.block(k[0]).devices, spec.block(k[0]).memory,
-                       fixed=start[k] if start[k] < t0 else None, group=k[1]) for k in keys)
+                       fixed=start[k] if start[k] < t0 else None) for k in keys)
     prec = list(base)
     for d in range(spec.devices):
         late = sorted((start[k], index[k]) for k in keys if start[k] >= t1 and d in spec.block(k[0]).devices)
