@@ -116,3 +116,24 @@ def test_effort_sweeps_again_on_larger_budgets():
     validate(spec, more.schedule)
     said = [n.values for n in more.info.notes if n.kind == "windows"]
     assert said == [{"n": 8, "before": 570, "after": 465}]
+
+
+def test_rigid_tails_with_transfer_lags_stay_valid(monkeypatch):
+    # With a link, a dependency that crosses devices waits for its transfer (`lags.py`); the
+    # model states each edge into the tail with its lag, and what comes back (compacted, which
+    # keeps the lags too) passes the validator, which checks them, and is shorter.
+    from tessel_dsl.lang.parser import parse
+    from tessel_dsl.search.lags import edge_lags
+
+    windows = importlib.import_module("tessel_dsl.search.windows")
+    lines = (ROOT / "bench" / "specs" / "real" / "memchain.tsl").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("memory"))
+    spec = parse("\n".join(lines[:at + 1] + ["link latency 2ms bandwidth 10GB/s"] + lines[at + 1:]),
+                 sets={"D": "4"})
+    assert set(edge_lags(spec).values()) == {202, 302}
+    monkeypatch.setattr(windows, "_solve_window", lambda *a, **k: None)
+    monkeypatch.setattr(windows, "WINDOW_MAX_FREE", 20)
+    start = build(spec, "gpipe", 8)
+    got = windows.shorten_by_windows(spec, start, solver="cpsat")
+    validate(spec, got)
+    assert got.makespan(spec) < start.makespan(spec)
