@@ -39,17 +39,18 @@ into the tail holds with ``delta``: the tail's own dependencies, order and memor
 those of the schedule (the same instances precede it on every device, so its running sums
 start from the same level). Memory is stated there as what each micro-batch holds between its
 changes (`solvers/holding.py`): as a plain running sum CP-SAT did not even rebuild the schedule
-it was given within a window's budget on the interleaved spec below. Only the window's instances are free, so a window costs about as
-much wherever it lies; instances that ended a window's width before it are left out (their
-memory is the level the model starts from). The rigid windows of one sweep share `RIGID_WINDOWS`
-windows' budgets. With them `tessel search` (defaults, N = 32) gives
-bench/specs/real/phi3_medium_zb8.tsl 11339 -> 10252 ms (the makespan bound is 9645),
-llama70b_zb16_mem.tsl 17865 -> 17405, llama8b_interleaved8_mem.tsl 27709 -> 27178,
-qwen14b_interleaved8_a100.tsl 17234 -> 16589, gemma2_9b_chain8_mem.tsl 13031 -> 12903, for at most
-17 s more CPU (bench/results/search.md, "specs written afterwards").
+it was given within a window's budget on the interleaved spec below. Only the window's instances
+are free, so a window costs about as much wherever it lies; instances that ended a window's
+width before it are left out (their memory is the level the model starts from; on each device
+they all started before anything left in the model). The rigid windows of one sweep share
+`RIGID_WINDOWS` windows' budgets. With them `tessel search` (defaults, N = 32) gives
+bench/specs/real/phi3_medium_zb8.tsl 11339 -> 10371 ms (the makespan bound is 9645),
+llama70b_zb16_mem.tsl 17865 -> 17405, llama8b_interleaved8_mem.tsl 27709 -> 27280,
+qwen14b_interleaved8_a100.tsl 17234 -> 16590, gemma2_9b_chain8_mem.tsl 13031 -> 12903, for at most
+15 s more CPU (bench/results/search.md, "specs written afterwards").
 
-It does not prove anything: the pinned prefix and the fixed orders make each solve a
-restriction, not a relaxation.
+It does not prove anything: the pinned prefix and the fixed orders (or the rigid tail) make each
+solve a restriction, not a relaxation.
 """
 from __future__ import annotations
 
@@ -62,8 +63,9 @@ WINDOW_EFFORT = 1.0  # deterministic solver budget of each window's solve
 WINDOW_SHARE = 5  # a window is 1 / WINDOW_SHARE of the makespan wide ...
 WINDOW_STEP_SHARE = 10  # ... and one starts every 1 / WINDOW_STEP_SHARE of it
 WINDOW_MAX_FREE = 400  # above this many unpinned (instance, device) pairs a window keeps the rest rigid
-# The rigid-tail solves of one sweep share this many windows' budgets: 6 gave 27048 and 16490 on the
-# interleaved specs above for 3 and 2 s more CPU, and 10 the same as 6.
+# The rigid-tail solves of one sweep share this many windows' budgets: in a draft that also stated the
+# free-tail solves' memory as held intervals, 6 gave 27048 and 16490 on the interleaved specs above
+# (27178 and 16589 with 4) for 3 and 2 s more CPU, and 10 the same as 6.
 RIGID_WINDOWS = 4
 WINDOW_MAX_TASKS = 2500  # block instances: above this one window's model costs more than it wins
 
