@@ -182,10 +182,7 @@ def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
     if path.suffix == ".json":
         from tessel_dsl.plan import load_plan
 
-        if sets or mode:
-            raise typer.BadParameter("--set and --mode apply to a .tsl spec, not to a plan file",
-                                     param_hint="--set/--mode")
-        plan = load_plan(path)
+        plan = load_plan(path)  # (--set and --mode with a plan file are refused before any work)
         return plan.spec, ((f"plan:{plan.schedule.name}", plan.schedule),)
     from tessel_dsl.lang.parser import parse_file
 
@@ -249,6 +246,13 @@ def compare(
         return
     if not specs:
         raise typer.BadParameter("give at least one spec (or --table3)", param_hint="SPECS")
+    plans = [p for p in specs if p.suffix == ".json"]
+    if plans and (overrides or mode):
+        # Refused before any spec is compared, so no table is printed ahead of the error.
+        raise typer.BadParameter(
+            f"--set and --mode apply to a .tsl spec, not to a plan file ({plans[0]}): a plan holds the spec "
+            "it was searched on, with its parameters applied; compare the plan on its own, or the spec with "
+            "--set and --mode without the plan", param_hint="--set/--mode")
     everything = []
     results = []
     for path in specs:

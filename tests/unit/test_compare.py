@@ -89,6 +89,12 @@ def test_plan_file_is_compared_with_baselines(tmp_path):
     rows = [row["schedule"] for row in json.loads(r.stdout)[0]["rows"]]
     assert rows == ["plan:gpipe", "1f1b"]
     assert tessel(str(path), "--set", "D=2").returncode == 2
+    # A spec with --set before the plan: refused before the spec's table is printed (it was
+    # printed whole, then the error came on reaching the plan)
+    r = tessel("specs/vshape.tsl", str(path), "--set", "D=4", "-s", "gpipe")
+    said = " ".join(r.stderr.replace("│", " ").split())  # (the message is boxed and folded)
+    assert r.returncode == 2 and "apply to a .tsl spec" in said and "compare the plan on its own" in said
+    assert "gpipe" not in r.stdout
 
 
 @pytest.mark.parametrize("args,code,message", [
