@@ -19,6 +19,7 @@ barriers    the spec with its all-device blocks taking no time, under which the 
 devrelax    a makespan bound from one memory-bound device alone, the rest of the pipeline as delays (CP-SAT)
 heldcuts    every block instance again with memory as holding cuts: a bound, and often a shorter or proven plan
 timescale   the search's time unit: block times over their common divisor, answers scaled back
+twins       devices that run the same blocks (a tensor-parallel group) searched as one device
 kcopy       the search over repetends holding every block k times (unrolled with `copies`)
 copies      unrolling a spec k times, folding its schedule back
 chaincycle  k-copy repetends of a memory-bound chain from one small cyclic model

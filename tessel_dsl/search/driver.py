@@ -47,6 +47,7 @@ from tessel_dsl.search.repetend import (
 from tessel_dsl.search.result import Progress, SearchResult
 from tessel_dsl.search.solvers import Objective, resolve, solve
 from tessel_dsl.search.timescale import divide_spec, scale_schedule, time_unit
+from tessel_dsl.search.twins import fold_twins, unfold_note
 from tessel_dsl.search.windows import adopt_windows
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
@@ -158,6 +159,9 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     solver = resolve(solver)
     unit = time_unit(spec)
     base, clock = divide_spec(spec, unit), Clock(time_limit, unit)
+    # A tensor-parallel group's devices run the same blocks: searched as one device (`twins.py`)
+    folded = fold_twins(base)
+    whole, base = base, base if folded is None else folded.spec
     # A method named by the caller always runs; `auto` first tries a schedule built without a
     # solver, and returns it when it reaches both lower bounds (nothing left to prove).
     result = _constructive(base, n, clock, progress) if method == "auto" else None
@@ -190,6 +194,10 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
         info = replace(info, notes=tuple(x for x in info.notes if x.kind != "copies-with-effort"))
     said = (note("time-limit-skipped", limit=time_limit, steps=clock.skipped),) if clock.skipped else ()
     said += source_notes(base, n, info.makespan_bound, unit)
+    if folded is not None:
+        validate(whole, result.schedule)  # (the same schedule; checked on the devices the user wrote)
+        info = replace(info, notes=tuple(unfold_note(x, folded) for x in info.notes))
+        said = tuple(unfold_note(x, folded) for x in said)
     info = replace(info, seconds=clock.elapsed(), lower_bound=info.lower_bound * unit, period=info.period * unit,
                    makespan_bound=info.makespan_bound * unit, memory_bound=float(memory_period_bound(spec)),
                    notes=info.notes + said)
