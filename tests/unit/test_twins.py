@@ -50,28 +50,14 @@ def test_nothing_folds_without_twins():
     assert fold_twins(parse(idle)) is None
 
 
-CHAIN = """placement tp_chain
-devices 8
-memory 3
-microbatches 8
-mode train
-for i in 0..3:
-    forward F{i} on 2*i..2*i+1 time 2 memory 1
-    backward B{i} of F{i} time 4 memory -1
-chain(F{i} for i in 0..3) -> chain(B{3-i} for i in 0..3)
-"""
-SPLIT = """placement tp_split
-devices 8
-memory 4
-microbatches 8
-mode train
-for i in 0..3:
-    forward F{i} on 2*i..2*i+1 time 2 memory 2
-    input_grad I{i} of F{i} time 2 memory -1
-    weight_grad W{i} of F{i} time 2 memory -1
-    I{i} -> W{i}
-chain(F{i} for i in 0..3) -> chain(I{3-i} for i in 0..3)
-"""
+def _chain(split: bool) -> str:
+    """Four two-GPU stages in a chain, memory-bound; with `split`, input and weight gradients."""
+    back = ["    input_grad I{i} of F{i} time 2 memory -1", "    weight_grad W{i} of F{i} time 2 memory -1",
+            "    I{i} -> W{i}"] if split else ["    backward I{i} of F{i} time 4 memory -1"]
+    return "\n".join([f"placement tp_{'split' if split else 'chain'}", "devices 8",
+                      f"memory {4 if split else 3}", "microbatches 8", "mode train", "for i in 0..3:",
+                      f"    forward F{{i}} on 2*i..2*i+1 time 2 memory {2 if split else 1}", *back,
+                      "chain(F{i} for i in 0..3) -> chain(I{3-i} for i in 0..3)", ""])
 
 
 def _by_hand(text: str) -> str:
@@ -80,8 +66,8 @@ def _by_hand(text: str) -> str:
 
 @pytest.mark.parametrize("text,expect", [
     (GROUPS.format(extra=""), {"gpipe", "1f1b+", "gpipe+"}),
-    (CHAIN, {"1f1b", "1f1b-capped", "1f1b+"}),
-    (SPLIT, {"zb-h1", "zb-h1-capped"}),
+    (_chain(split=False), {"1f1b", "1f1b-capped", "1f1b+"}),
+    (_chain(split=True), {"zb-h1", "zb-h1-capped"}),
 ])
 def test_baselines_over_groups_are_the_hand_written_ones(text, expect):
     spec, hand = parse(text), parse(_by_hand(text))
