@@ -233,7 +233,7 @@ def _incumbent(spec: Spec, n: int, clock: Clock, progress: Callable[[Progress], 
         # (memory-capped 1F1B on the zoo's 405B chain, 0.7 s of CPU), before the device
         # relaxations, which then are not solved; a shorter schedule it finds is taken at the
         # end of the search.
-        held_cuts(spec, n, span, time_limit=clock.left())
+        held_cuts(spec, n, span, time_limit=clock.left(), hint=got[0])
     if span <= makespan_bound(spec, n, above=span):
         parts = repetend_parts(spec, n, got, clock)
         if parts is not None or clock.spent():

@@ -35,9 +35,20 @@ on a budget of 2):
 
 Why it settles where TO does not: the cuts are plain precedences, which CP-SAT's linear
 relaxation sees, while a reservoir constraint on hundreds of events gives it almost nothing (the
-same model with the reservoir added proves nothing in 17 s on the ViT chain). The solve asks
-only for a schedule shorter than the one in hand, so "infeasible" is the proof that the one in
-hand is shortest.
+same model with the reservoir added proves nothing in 17 s on the ViT chain).
+
+**Asked with the schedule in hand.** The search asks with a valid schedule in hand (a baseline,
+or its plan), so the model is given it as its first solution, relabelled into micro-batch order,
+and allowed to end at its makespan: CP-SAT then starts from a solution and spends the budget on
+shorter ones and on its lower bound, and "optimal at that makespan" is the proof that the one in
+hand is shortest. Asked for a shorter schedule only (no solution at the makespan in hand, no
+hint), as it was before, it proved less on the same budget on every spec tried, where memory
+binds (2 units, then 4; bench/specs/real/, no zoo spec): gemma2_9b_chain8_mem 12414 and 12414
+against 12494 and 12607, qwen32b_chain8_mem 18111 / 18111 against 18160 / 18208, memchain 1356
+/ 1372 against 1359 / 1383, nnshape8 at 24 GB 2662 / 2662 against 2882 / 2882, mshape8 at 24 GB
+5673 / 5673 against 5799 / 5799. Only gemma2's comes above the bound stated before (12496, the
+device relaxations'), from 3 units on, which is the budget (`CUT_EFFORT`; 3 and 6 units gave the
+same on these five); in the search, whose first ask is about its best baseline, it states 12543.
 
 Where no device's memory binds (every holding fits N micro-batches) the model has no cuts and
 is TO without memory. It is asked there all the same: on zero-bubble chains with an embedding on
@@ -61,7 +72,7 @@ from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule, Slot
 from tessel_dsl.search.lags import edge_lags
 
-CUT_EFFORT = 2.0               # CP-SAT deterministic time of the one solve
+CUT_EFFORT = 3.0               # CP-SAT deterministic time of the one solve
 CUT_MAX_INSTANCES = 5000       # block instances beyond which the model is not tried
 PRESOLVE_MAX_INSTANCES = 1024  # ... and beyond which CP-SAT's presolve is off
 
@@ -82,10 +93,11 @@ _LAST: list = []
 
 
 def held_cuts(spec: Spec, microbatches: int, above: int, *, time_limit: float | None = None,
-              effort: float = CUT_EFFORT) -> CutAnswer | None:
+              effort: float = CUT_EFFORT, hint: Schedule | None = None) -> CutAnswer | None:
     """The module text's solve for a schedule shorter than `above` (the makespan of one in hand)
     on `effort` (deterministic time); None when it is not tried (too many instances, zero-time
-    blocks). Asked again for the same spec and N on no more effort, the
+    blocks). `hint`: that schedule in hand (valid, of `above`), which the model is then given as
+    its first solution ("Asked with the schedule in hand"). Asked again for the same spec and N on no more effort, the
     first answer is returned (its bound holds whatever schedule is now in hand); on more, the
     model is solved again below `above`, and the larger of the two proven bounds is kept."""
     got = cached(spec, microbatches)
@@ -97,7 +109,7 @@ def held_cuts(spec: Spec, microbatches: int, above: int, *, time_limit: float | 
     binding = [h for h in holdings(spec) if h.limit < n]
     if n * len(spec.blocks) > CUT_MAX_INSTANCES or any(b.time <= 0 for b in spec.blocks):
         return None
-    answer = _solve(spec, n, above, binding, time_limit, effort)
+    answer = _solve(spec, n, above, binding, time_limit, effort, hint)
     if got is not None and got.bound > answer.bound:
         settled = answer.schedule.makespan(spec) <= got.bound if answer.schedule is not None else got.bound >= above
         answer = CutAnswer(got.bound, answer.schedule, settled)
@@ -112,7 +124,8 @@ def cached(spec: Spec, microbatches: int) -> CutAnswer | None:
     return None
 
 
-def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None, effort: float) -> CutAnswer:
+def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None, effort: float,
+           hint: Schedule | None = None) -> CutAnswer:
     from tessel_dsl.search.solvers.cpsat import run_model
     from tessel_dsl.search.solvers.cpsat_module import cp_model
     from tessel_dsl.validate import validate
@@ -124,11 +137,12 @@ def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None, ef
     if any(head[x] + time[x] + tail[x] >= above for x in names):
         return CutAnswer(above, None, True)  # one micro-batch's own chain already takes that long
     m = cp_model().CpModel()
-    start = {(x, i): m.new_int_var(head[x], above - 1 - time[x] - tail[x], "") for x in names for i in range(n)}
+    top = above if hint is not None else above - 1  # (with the hint, a solution at `above` is the hint)
+    start = {(x, i): m.new_int_var(head[x], top - time[x] - tail[x], "") for x in names for i in range(n)}
     for d in range(spec.devices):
         m.add_no_overlap([m.new_fixed_size_interval_var(start[b.name, i], b.time, "")
                           for b in spec.blocks_on(d) for i in range(n)])
-    span = m.new_int_var(0, above - 1, "")
+    span = m.new_int_var(0, top, "")
     for x in names:
         for i in range(n):
             m.add(span >= start[x, i] + time[x] + tail[x])
@@ -140,14 +154,21 @@ def _solve(spec: Spec, n: int, above: int, binding, time_limit: float | None, ef
     for h in binding:
         for i in range(n - h.limit):
             m.add(start[h.alloc, i + h.limit] >= start[h.free, i] + time[h.free])
+    if hint is not None:
+        from tessel_dsl.search.optimal import starts_in_order
+
+        given = starts_in_order(spec, hint.slots)  # (in micro-batch order, as the model states it)
+        for key, var in start.items():
+            m.add_hint(var, given[key])
+        m.add_hint(span, above)
     m.minimize(span)
     status, solver = run_model(m, effort=effort, time_limit=time_limit,
                                presolve=n * len(names) <= PRESOLVE_MAX_INSTANCES)
     if status == "infeasible":
         return CutAnswer(above, None, True)  # nothing shorter than the schedule in hand
     bound = max(0, math.ceil(solver.best_objective_bound - 1e-6))
-    if status != "found":
-        return CutAnswer(bound, None, False)
+    if status != "found" or (hint is not None and solver.objective_value >= above):
+        return CutAnswer(above, None, True) if bound >= above else CutAnswer(bound, None, False)
     slots = tuple(sorted(Slot(solver.value(start[x, i]), x, i) for x in names for i in range(n)))
     sched = Schedule(microbatches=n, slots=slots, name="tessel")
     try:
@@ -174,7 +195,7 @@ def adopt(spec: Spec, microbatches: int, result, bound: int, *, time_limit: floa
     span = sched.makespan(spec)
     if span <= bound:
         return result  # at the bound already (or a solve before settled it): nothing to win
-    answer = held_cuts(spec, microbatches, span, time_limit=time_limit, effort=effort)
+    answer = held_cuts(spec, microbatches, span, time_limit=time_limit, effort=effort, hint=sched)
     if answer is None:
         return result
     notes = info.notes

@@ -106,14 +106,14 @@ def test_asked_again_it_solves_only_on_more_effort(monkeypatch):
     spec = chain([4, 3, 4, 3], 2, n=6)
     calls = []
 
-    def fake(s, n, above, binding, time_limit, effort):
+    def fake(s, n, above, binding, time_limit, effort, hint=None):
         calls.append((above, effort))
         return heldcuts.CutAnswer(141 if len(calls) == 1 else 139, None, False)
 
     monkeypatch.setattr(heldcuts, "_solve", fake)
     heldcuts._LAST.clear()
-    assert held_cuts(spec, 6, 200).bound == 141 and calls == [(200, 2.0)]
+    assert held_cuts(spec, 6, 200).bound == 141 and calls == [(200, heldcuts.CUT_EFFORT)]
     assert held_cuts(spec, 6, 180).bound == 141 and len(calls) == 1  # no more effort: the first answer
     got = held_cuts(spec, 6, 180, effort=12.0)
-    assert calls == [(200, 2.0), (180, 12.0)] and got.bound == 141
+    assert calls == [(200, heldcuts.CUT_EFFORT), (180, 12.0)] and got.bound == 141
     assert held_cuts(spec, 6, 170, effort=5.0).bound == 141 and len(calls) == 2

@@ -40,12 +40,15 @@ def test_an_optimal_schedule_is_left_alone():
 
 
 def test_the_search_takes_a_shorter_schedule():
-    # The 8-GPU M-shape of bench/specs/m8_llama.tsl at N = 12: 876 ms before the windows.
+    # The 8-GPU M-shape of bench/specs/m8_llama.tsl at N = 12: the held-cut model takes 876 ms to
+    # 864, the windows 864 to 852. (Before that model was asked with the schedule in hand, it
+    # found nothing and the windows took 876 to 828: on this N the order of the two steps cost
+    # 24 ms; at the spec's N, 32, every shipped plan was the same, bench/results/search.md.)
     spec = parse_file(ROOT / "bench" / "specs" / "m8_llama.tsl")
     result = search(spec, microbatches=12)
     said = [n for n in result.info.notes if n.kind == "windows"]
-    assert said and said[0].values["before"] == 876 and said[0].values["after"] == 828
-    assert result.info.makespan_bound <= result.schedule.makespan(spec) == 828
+    assert said and said[0].values["before"] == 864 and said[0].values["after"] == 852
+    assert result.info.makespan_bound <= result.schedule.makespan(spec) == 852
     validate(spec, result.schedule)
 
 
