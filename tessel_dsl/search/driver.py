@@ -47,7 +47,7 @@ from tessel_dsl.search.repetend import (
 from tessel_dsl.search.result import Progress, SearchResult
 from tessel_dsl.search.solvers import Objective, resolve, solve
 from tessel_dsl.search.timescale import divide_spec, scale_schedule, time_unit
-from tessel_dsl.search.twins import fold_twins, unfold_note
+from tessel_dsl.search.twins import fold_twins
 from tessel_dsl.search.windows import adopt_windows
 from tessel_dsl.units import capacity_in, memory_in
 from tessel_dsl.validate import validate
@@ -195,9 +195,7 @@ def search(spec: Spec, *, microbatches: int | None = None, solver: str = "auto",
     said = (note("time-limit-skipped", limit=time_limit, steps=clock.skipped),) if clock.skipped else ()
     said += source_notes(base, n, info.makespan_bound, unit)
     if folded is not None:
-        validate(whole, result.schedule)  # (the same schedule; checked on the devices the user wrote)
-        info = replace(info, notes=tuple(unfold_note(x, folded) for x in info.notes))
-        said = tuple(unfold_note(x, folded) for x in said)
+        info, said = folded.unfold(whole, result.schedule, info, said)
     info = replace(info, seconds=clock.elapsed(), lower_bound=info.lower_bound * unit, period=info.period * unit,
                    makespan_bound=info.makespan_bound * unit, memory_bound=float(memory_period_bound(spec)),
                    notes=info.notes + said)

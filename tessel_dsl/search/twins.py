@@ -39,6 +39,15 @@ class Folded:
         """The first original device of folded device `device` (notes name devices by it)."""
         return self.groups[device][0]
 
+    def unfold(self, whole: Spec, schedule, info, said: tuple) -> tuple:
+        """(`info` with its notes, `said`) naming the user's devices, once `schedule` (found on
+        the folded spec) has been validated on `whole`, the spec as written."""
+        from tessel_dsl.validate import validate
+
+        validate(whole, schedule)  # (the same schedule; checked on the devices the user wrote)
+        return (replace(info, notes=tuple(unfold_note(x, self) for x in info.notes)),
+                tuple(unfold_note(x, self) for x in said))
+
 
 def fold_twins(spec: Spec) -> Folded | None:
     """The module text's folded spec, or None when no two devices are twins (or folding would
