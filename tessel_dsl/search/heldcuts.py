@@ -57,6 +57,20 @@ N = 32) the search without it (commit 65257f8) stayed 0.03 to 2.4 % above the bo
 ends of its repetend's extension not quite closed; with it, all ten reach the bound (2.0 to 2.6
 s of CPU for each whole search).
 
+**Memory in hand.** A schedule the model finds replaces the one in hand only if it holds no
+more on any device than that one did (as the polish keeps, `refine.polish`); else the model is
+solved again with those peaks as each device's memory, for a schedule only. Where memory is
+loose the model alone returns any schedule of the shortest length it finds: on the GPT with a
+512k vocabulary (`bench/gpu_zb.py`, `tessel plan`'s mshape-EH, 144 GB a GPU) it turned the
+plan's 1F1B-like order (4557 units of 100 us) into a GPipe-like one of 4550 that keeps 13
+micro-batches in flight, and on 4 x H200 that ran 485.2 ms where the same placement had run
+453.5 (2026-11-29, bench/results/gpu.md); kept within the peaks, the plan is 4557 at 3.9 GB, and
+ran 452.6. Elsewhere the second solve only helped, its smaller memory making the model tighter:
+bench/specs/real/memchain.tsl 1452 -> 1449, the optimum (the model 1503 -> 1452 within capped
+1F1B's peaks; the windows the rest), bench/specs/m8_llama.tsl at N = 12
+876 -> 804, its bound (the windows had reached 852); every other row of `bench/search_real.py`
+and every zoo plan the same, CPU up to 6 s more (memchain at D = 16).
+
 **Cost.** A deterministic budget (`CUT_EFFORT`, one worker, fixed seed); asked for only when a
 schedule in hand is above the analytic bounds, and up to `CUT_MAX_INSTANCES` block instances.
 CP-SAT's presolve, whose CPU the budget does not count, is off above `PRESOLVE_MAX_INSTANCES`.
@@ -110,11 +124,32 @@ def held_cuts(spec: Spec, microbatches: int, above: int, *, time_limit: float | 
     if n * len(spec.blocks) > CUT_MAX_INSTANCES or any(b.time <= 0 for b in spec.blocks):
         return None
     answer = _solve(spec, n, above, binding, time_limit, effort, hint)
+    if hint is not None and answer.schedule is not None:
+        answer = _within_peaks(spec, n, above, answer, hint, time_limit, effort)
     if got is not None and got.bound > answer.bound:
         settled = answer.schedule.makespan(spec) <= got.bound if answer.schedule is not None else got.bound >= above
         answer = CutAnswer(got.bound, answer.schedule, settled)
     _LAST[:] = [spec, n, answer, effort]
     return answer
+
+
+def _within_peaks(spec: Spec, n: int, above: int, answer: CutAnswer, hint: Schedule,
+                  time_limit: float | None, effort: float) -> CutAnswer:
+    """`answer` with its schedule kept only within the peaks of the schedule in hand, device by
+    device ("Memory in hand"): where it holds more somewhere, the model is solved again on the spec
+    with those peaks as its memory, for a schedule only; the first solve's bound stays, since the
+    second's holds for the smaller memory alone."""
+    from dataclasses import replace
+
+    from tessel_dsl.search.membound import holdings
+
+    peaks = hint.peak_memory(spec)
+    if all(p <= q for p, q in zip(answer.schedule.peak_memory(spec), peaks)):
+        return answer
+    capped = replace(spec, device_memory=tuple(min(c, p) for c, p in zip(spec.capacities, peaks)), reserved=())
+    again = _solve(capped, n, above, [h for h in holdings(capped) if h.limit < n], time_limit, effort, hint)
+    sched = again.schedule if again.schedule is not None and again.schedule.makespan(spec) < above else None
+    return CutAnswer(answer.bound, sched, answer.bound >= (sched.makespan(spec) if sched is not None else above))
 
 
 def cached(spec: Spec, microbatches: int) -> CutAnswer | None:

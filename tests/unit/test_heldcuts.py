@@ -117,3 +117,34 @@ def test_asked_again_it_solves_only_on_more_effort(monkeypatch):
     got = held_cuts(spec, 6, 180, effort=12.0)
     assert calls == [(200, heldcuts.CUT_EFFORT), (180, 12.0)] and got.bound == 141
     assert held_cuts(spec, 6, 170, effort=5.0).bound == 141 and len(calls) == 2
+
+
+def test_a_schedule_found_holds_no_more_than_the_one_in_hand():
+    # Room for all six micro-batches (no cuts). Asked with 1F1B+ in hand (99, holding 4, 3, 2, 1
+    # micro-batches), the model alone returns 93, TO's optimum with the room there is, but holding
+    # more on devices 0 to 2. TO on the spec with 1F1B+'s peaks as its memory proves 99 the
+    # shortest within them, so nothing replaces 1F1B+; the bound, proven on the spec as written,
+    # stays 93. With GPipe in hand (102, peaks 6 a device) the 93 found fits and is returned.
+    from dataclasses import replace
+
+    from tessel_dsl.search import baselines
+
+    spec = chain([4, 3, 4, 3], 8, n=6)
+    assert optimal(spec, 6, effort=30).schedule.makespan(spec) == 93
+    first = baselines.build(spec, "1f1b+", 6)
+    peaks = first.peak_memory(spec)
+    assert (first.makespan(spec), peaks) == (99, (4, 3, 2, 1))
+    within = optimal(replace(spec, device_memory=peaks, reserved=()), 6, effort=30)
+    assert within.info.proven and within.schedule.makespan(spec) == 99
+    raw = heldcuts._solve(spec, 6, 99, [], None, heldcuts.CUT_EFFORT, first)
+    assert raw.schedule.makespan(spec) == 93 and raw.schedule.peak_memory(spec) > peaks  # (what it guards)
+    heldcuts._LAST.clear()
+    got = held_cuts(spec, 6, 99, hint=first)
+    assert got == heldcuts.CutAnswer(93, None, False)
+
+    gpipe = baselines.build(spec, "gpipe", 6)
+    heldcuts._LAST.clear()
+    got = held_cuts(spec, 6, gpipe.makespan(spec), hint=gpipe)
+    validate(spec, got.schedule)
+    assert got.optimal and got.bound == got.schedule.makespan(spec) == 93
+    assert all(p <= q for p, q in zip(got.schedule.peak_memory(spec), gpipe.peak_memory(spec)))
