@@ -106,10 +106,12 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
         (out / "pairs.json").write_text(json.dumps({"rows": rows}, indent=1))  # kept if a later run fails
     stop.set()
-    sampled = all("0" in r["clocks"] for r in rows)
-    mhz0 = statistics.mean(r["clocks"]["0"][0] for r in rows) if sampled else float("nan")
+    # a run with no sample that passes the filter (too short, or the GPU below the power cut) has
+    # no clock: its scaled figure is nan and it drops out of the scaled pairs below
+    sampled = [r["clocks"]["0"][0] for r in rows if "0" in r["clocks"]]
+    mhz0 = statistics.mean(sampled) if sampled else float("nan")
     for r in rows:
-        r["ms_at_mean_clock"] = r["ms"] * r["clocks"]["0"][0] / mhz0 if sampled else float("nan")
+        r["ms_at_mean_clock"] = r["ms"] * r["clocks"]["0"][0] / mhz0 if "0" in r["clocks"] else float("nan")
     lines = ["| run | row | ms | GPU 0 busy ms | GPU 0 MHz / W | GPUs 1-3 MHz | ms at GPU 0's mean clock |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -125,8 +127,8 @@ def main() -> None:
                  for x, y in zip(rows, rows[1:]) if x["key"] != y["key"] and x[field] == x[field] and y[field] == y[field]]
         if not diffs:
             continue
-        summary[field] = {a: statistics.mean(r[field] for r in rows if r["key"] == a),
-                          b: statistics.mean(r[field] for r in rows if r["key"] == b),
+        summary[field] = {a: statistics.mean(r[field] for r in rows if r["key"] == a and r[field] == r[field]),
+                          b: statistics.mean(r[field] for r in rows if r["key"] == b and r[field] == r[field]),
                           f"{b} - {a}, neighbouring runs": diffs}
         mean = statistics.mean(diffs)
         sd = statistics.stdev(diffs) if len(diffs) > 1 else float("nan")
