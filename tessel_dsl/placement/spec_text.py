@@ -77,6 +77,11 @@ class SpecWriter:
         return _text(units * self.m_res, _MEM) if units else "0"
 
     def act(self, g) -> int:
+        """The group's activations a micro-batch in memory units: at least one unit where the
+        profile measured any (a block that holds memory must not be written as holding none), none
+        where it measured none."""
+        if g.activation_bytes <= 0:
+            return 0
         return max(1, round_units(g.activation_bytes / self.m_res, positive=True))
 
     def cost(self, g, block: str, profiled: float) -> str:
@@ -97,8 +102,8 @@ class SpecWriter:
                 self.lines += [f"forward {g.name} on {on(g)} time {self.cost(g, g.name, g.forward)} "
                                f"memory {self.mem(a)}",
                                f"input_grad {i} of {g.name} time {self.cost(g, i, g.input_grad)}",
-                               (f"weight_grad {w} of {g.name} time {self.cost(g, w, g.weight_grad)} "
-                               f"memory -{self.mem(a)}"),
+                               (f"weight_grad {w} of {g.name} time {self.cost(g, w, g.weight_grad)}"
+                                + (f" memory -{self.mem(a)}" if a else "")),
                                f"{i} -> {w}"]
             else:
                 self.lines.append(f"forward {g.name} on {on(g)} time {self.cost(g, g.name, g.forward)} "

@@ -136,3 +136,20 @@ def test_weights_filling_a_device_to_the_byte_are_a_row_not_a_traceback():
     out = choose(cands, 2)
     row = next(r for r in out.rows if r.candidate == "chain")
     assert not row.fits and row.ms is None and "memory" in row.reason and "<chain>" not in row.reason
+
+
+def test_activations_are_written_as_profiled_none_as_none():
+    # The embedding measured no activations (0 bytes): written as holding none, as a user writes
+    # specs/mshape.tsl's E, with nothing freed by its backward. Measured at 1 KB, far below the
+    # memory resolution (20 KB here, a hundredth of a stage's two layers of 1 MB), it is still one unit: a block
+    # that holds memory is never written as holding none.
+    def spec_for(embed_mb):
+        units = [unit("embed", "embedding", 2, act_mb=embed_mb)] + [unit(f"l{i}", "layer", 10) for i in range(4)]
+        by_name = {c.name: c for c in candidates(Profile(tuple(units + [unit("head", "head", 3)])), 2, 80 * GB, 4)}
+        return parse(by_name["mshape-E"].text)
+
+    none = spec_for(0.0)
+    assert none.block("E").memory == 0 and none.block("EB").memory == 0
+    some = spec_for(0.001)
+    assert some.block("E").memory == 1 == -some.block("EB").memory
+    assert some.units.memory_bytes == 2 * 10**4
