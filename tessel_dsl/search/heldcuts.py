@@ -57,10 +57,14 @@ N = 32) the search without it (commit 65257f8) stayed 0.03 to 2.4 % above the bo
 ends of its repetend's extension not quite closed; with it, all ten reach the bound (2.0 to 2.6
 s of CPU for each whole search).
 
-**Memory in hand.** A schedule the model finds replaces the one in hand only if it holds no
-more on any device than that one did (as the polish keeps, `refine.polish`); else the model is
-solved again with those peaks as each device's memory, for a schedule only. Where memory is
-loose the model alone returns any schedule of the shortest length it finds: on the GPT with a
+**Memory in hand.** Where a schedule the model finds holds more on some device than the one in
+hand, the model is solved again with the peaks of the one in hand as each device's memory, for a
+schedule only. Where memory is loose (no holding binds) only that second schedule may replace the
+one in hand, as the polish keeps (`refine.polish`); where memory binds, the shorter of the two
+does, since using the room the spec states is the point there (a chain with an embedding and a
+head at 2 units a device, tests/integration/test_search_devchain.py: 180, its bound, with the
+room, 183 within the peaks). Where memory is loose the model alone returns any schedule of the
+shortest length it finds: on the GPT with a
 512k vocabulary (`bench/gpu_zb.py`, `tessel plan`'s mshape-EH, 144 GB a GPU) it turned the
 plan's 1F1B-like order (4557 units of 100 us) into a GPipe-like one of 4550 that keeps 13
 micro-batches in flight, and on 4 x H200 that ran 485.2 ms where the same placement had run
@@ -125,7 +129,7 @@ def held_cuts(spec: Spec, microbatches: int, above: int, *, time_limit: float | 
         return None
     answer = _solve(spec, n, above, binding, time_limit, effort, hint)
     if hint is not None and answer.schedule is not None:
-        answer = _within_peaks(spec, n, above, answer, hint, time_limit, effort)
+        answer = _within_peaks(spec, n, above, answer, hint, bool(binding), time_limit, effort)
     if got is not None and got.bound > answer.bound:
         settled = answer.schedule.makespan(spec) <= got.bound if answer.schedule is not None else got.bound >= above
         answer = CutAnswer(got.bound, answer.schedule, settled)
@@ -133,12 +137,13 @@ def held_cuts(spec: Spec, microbatches: int, above: int, *, time_limit: float | 
     return answer
 
 
-def _within_peaks(spec: Spec, n: int, above: int, answer: CutAnswer, hint: Schedule,
+def _within_peaks(spec: Spec, n: int, above: int, answer: CutAnswer, hint: Schedule, binds: bool,
                   time_limit: float | None, effort: float) -> CutAnswer:
-    """`answer` with its schedule kept only within the peaks of the schedule in hand, device by
-    device ("Memory in hand"): where it holds more somewhere, the model is solved again on the spec
-    with those peaks as its memory, for a schedule only; the first solve's bound stays, since the
-    second's holds for the smaller memory alone."""
+    """`answer` where its schedule holds no more than the schedule in hand on any device; else
+    ("Memory in hand") the model solved again on the spec with those peaks as its memory, for a
+    schedule only (the first solve's bound stays: the second's holds for the smaller memory
+    alone). Where memory binds (`binds`), the shorter of the two schedules is kept, the second on
+    a tie; where it is loose, only the second."""
     from dataclasses import replace
 
     from tessel_dsl.search.membound import holdings
@@ -148,7 +153,10 @@ def _within_peaks(spec: Spec, n: int, above: int, answer: CutAnswer, hint: Sched
         return answer
     capped = replace(spec, device_memory=tuple(min(c, p) for c, p in zip(spec.capacities, peaks)), reserved=())
     again = _solve(capped, n, above, [h for h in holdings(capped) if h.limit < n], time_limit, effort, hint)
-    sched = again.schedule if again.schedule is not None and again.schedule.makespan(spec) < above else None
+    options = [again.schedule] if again.schedule is not None and again.schedule.makespan(spec) < above else []
+    if binds:
+        options.append(answer.schedule)
+    sched = min(options, key=lambda s: s.makespan(spec), default=None)  # (the first of equals)
     return CutAnswer(answer.bound, sched, answer.bound >= (sched.makespan(spec) if sched is not None else above))
 
 
