@@ -7,7 +7,7 @@ spec read from JSON equals the one parsed from text.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
 
@@ -164,6 +164,12 @@ class Spec:
     def uniform_memory(self) -> bool:
         """Every device has the same room (reports then show one M)."""
         return len(set(self.capacities)) <= 1
+
+    def within(self, peaks) -> Spec:
+        """This spec with each device's room cut to `peaks[d]` where that is less (a schedule's
+        peak memory) and nothing reserved: what a re-solve may hold when it must hold no more than
+        the schedule it starts from."""
+        return replace(self, device_memory=tuple(min(c, p) for c, p in zip(self.capacities, peaks)), reserved=())
 
     def total_capacity(self, device: int) -> int:
         """The device's whole capacity, reserve included (what `memory` says for it)."""

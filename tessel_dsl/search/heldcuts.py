@@ -144,14 +144,12 @@ def _within_peaks(spec: Spec, n: int, above: int, answer: CutAnswer, hint: Sched
     schedule only (the first solve's bound stays: the second's holds for the smaller memory
     alone). Where memory binds (`binds`), the shorter of the two schedules is kept, the second on
     a tie; where it is loose, only the second."""
-    from dataclasses import replace
-
     from tessel_dsl.search.membound import holdings
 
     peaks = hint.peak_memory(spec)
     if all(p <= q for p, q in zip(answer.schedule.peak_memory(spec), peaks)):
         return answer
-    capped = replace(spec, device_memory=tuple(min(c, p) for c, p in zip(spec.capacities, peaks)), reserved=())
+    capped = spec.within(peaks)
     again = _solve(capped, n, above, [h for h in holdings(capped) if h.limit < n], time_limit, effort, hint)
     options = [again.schedule] if again.schedule is not None and again.schedule.makespan(spec) < above else []
     if binds:

@@ -217,10 +217,10 @@ def polish(spec: Spec, result, *, solver: str, clock, effort: float):
     sched = result.schedule
     before = sched.makespan(spec)
     proofs: list[str] = []
-    kept = tuple(min(c, p) for c, p in zip(spec.capacities, sched.peak_memory(spec)))
-    better, improved = refine_ends(replace(spec, device_memory=kept, reserved=()), sched, solver=solver,
-                                   time_limit=clock.left(), effort=effort, proofs=proofs, polishing=True)
-    lean = _lean(spec, better, kept, solver=solver, clock=clock, effort=effort)
+    within = spec.within(sched.peak_memory(spec))
+    better, improved = refine_ends(within, sched, solver=solver, time_limit=clock.left(), effort=effort,
+                                   proofs=proofs, polishing=True)
+    lean = _lean(spec, better, within.capacities, solver=solver, clock=clock, effort=effort)
     said = []
     if lean is not None:
         # the slots only: the plan keeps its name and the repetend it re-extends from
@@ -254,7 +254,7 @@ def _lean(spec: Spec, sched: Schedule, kept: tuple[int, ...], *, solver: str, cl
     target = sched.makespan(spec)
     got = start
     if start.makespan(spec) > target:
-        got, _ = refine_ends(replace(spec, device_memory=tuple(peaks), reserved=()), start, solver=solver,
+        got, _ = refine_ends(spec.within(peaks), start, solver=solver,
                              time_limit=clock.left(), effort=effort, polishing=True)
     if got.makespan(spec) > target or sum(got.peak_memory(spec)) >= sum(sched.peak_memory(spec)):
         return None
