@@ -177,7 +177,7 @@ def test_sets_of_devices_never_above_the_time_optimum(seed):
     assert got <= optimum
     if seed in SETS_REACH:
         held = [h for h in holdings(spec) if h.limit < n]
-        alone = [_solve(spec, n, (d,), [h for h in held if h.device == d], reservoir=False, effort=1)[0]
+        alone = [_solve(spec, n, (d,), [h for h in held if h.device == d], reservoir=(), effort=1)[0]
                  for d in range(spec.devices)]
         assert max(alone) == cheap < got == optimum
         assert (cheap, devices, optimum) == SETS_REACH[seed]
@@ -249,3 +249,24 @@ def test_a_bound_the_cuts_prove_too_names_the_analytic_one_as_the_other(monkeypa
     monkeypatch.setattr(heldcuts, "_LAST", [spec, 24, heldcuts.CutAnswer(1416, None, False), 2.0])
     text = render(bounds.source_notes(spec, 24, 1416))
     assert "(the other bounds give 1353; the whole schedule with memory as holding cuts proves the same)" in text
+
+
+def test_the_first_pair_with_one_running_sum_reaches_the_optimum():
+    # bench/specs/real/phi3_medium_zb8.tsl at N = 8: split backward frees a forward's memory in
+    # two steps (I, then W), so the holding cuts do not state device 0's running sum. Device 0
+    # alone with its running sum gives 3171, devices 0 and 7 with the cuts alone 3126, and the
+    # two with device 0's running sum 3224: the makespan the time-optimal solve proves optimal.
+    from dataclasses import replace
+
+    from tessel_dsl.search.baselines import build
+    from tessel_dsl.search.devrelax import _solve, _solve_device, device_relaxation
+    from tessel_dsl.search.membound import holdings
+
+    spec = replace(parse_file(ROOT / "bench/specs/real/phi3_medium_zb8.tsl"), microbatches=8)
+    best = optimal(spec, 8, effort=20, hint=build(spec, "zb-h1-capped", 8))
+    assert best.info.proven
+    held = [h for h in holdings(spec) if h.limit < 8 and h.device in (0, 7)]
+    alone = _solve_device(spec, 8, 0, [h for h in held if h.device == 0], reservoir=True)
+    cuts = _solve(spec, 8, (0, 7), held, reservoir=(), effort=1)[0]
+    assert (alone, cuts) == (3171, 3126)
+    assert device_relaxation(spec, 8) == (best.schedule.makespan(spec), (0, 7)) == (3224, (0, 7))

@@ -140,7 +140,7 @@ def test_where_the_analytic_bound_stays_below_the_optimum():
     assert r.info.proven and r.schedule.makespan(spec) == 141
     assert makespan_bound(spec, 6) == 138
     held = [h for h in holdings(spec) if h.limit < 6]
-    alone = [_solve(spec, 6, (d,), [h for h in held if h.device == d], reservoir=False, effort=1)[0] for d in range(4)]
+    alone = [_solve(spec, 6, (d,), [h for h in held if h.device == d], reservoir=(), effort=1)[0] for d in range(4)]
     assert max(alone) <= 138
     assert device_relaxation(spec, 6) == (141, (0, 1, 2))
     assert makespan_bound(spec, 6, above=142) == 141
