@@ -13,15 +13,27 @@ and only a strictly shorter one is kept, checked again against the spec.
 
 The windows are a fifth of the makespan wide and start every tenth, one sweep from the start to
 the end; each solve has the same deterministic budget (`WINDOW_EFFORT`), so the result does not
-depend on the machine. The search runs it last, where its plan is above the makespan bound and
-memory binds (some device cannot hold all N micro-batches at once: elsewhere the end re-solves
-and the whole-schedule model, TO without memory there, see to the plan, and the sweep cost the
-test suite minutes for nothing):
+depend on the machine.
+
+**Where it runs.** The search runs it last, where its plan is above the makespan bound and
+memory binds (some device cannot hold all N micro-batches at once) or some block runs on several
+devices at once. Elsewhere the end re-solves and the whole-schedule model, TO without memory
+there, see to the plan, and the sweep cost the test suite minutes for nothing:
 
 - bench/specs/real/memchain.tsl (D = 8, N = 24): 1473 -> 1452 ms (the optimum is 1449);
 - bench/specs/real/mshape8.tsl with `--set MEM=24`: 7440 -> 7393 ms.
 
 (`python bench/search_real.py --only memchain:D=8 mshape8:MEM=24`.)
+
+**Narrower windows.** A block on every device (an embedding split over all GPUs, an all-to-all)
+counts once per device in a window, so on an NN-shape over 16 devices a fifth of the makespan
+frees 600 or more (instance, device) pairs, above `WINDOW_MAX_FREE`, and no window was solved.
+So a window ends early, at the first start that would take it past `WINDOW_MAX_FREE` pairs, and
+the next one starts half its width later (at most a tenth of the makespan): on
+bench/specs/real/ul2_nnshape16.tsl (N = 32) 3736 -> 3510 ms (bound 3242), with `MEM=20` 5252 ->
+5152, nnshape16.tsl with `MEM=24` 2427 -> 2310, and, as memory does not bind there,
+nnshape16.tsl itself 2005 -> 1963 (bound 1955) once such specs are swept too; 7 to 13 s more CPU
+at D = 16, every other row of `python bench/search_real.py` the same plan.
 
 A window is solved with the rest of the schedule free only when at most `WINDOW_MAX_FREE`
 (instance, device) pairs start at or after its beginning (the instances that may move). Above
@@ -83,8 +95,11 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
     n = schedule.microbatches
     if solver != "cpsat" or len(schedule.slots) > WINDOW_MAX_TASKS:
         return None
-    if all(n * held <= spec.capacity(d) for d, held in enumerate(resident_memory(spec))):
-        return None  # no memory binds: the end re-solves and step 6 (TO without memory) see to it
+    if (all(n * held <= spec.capacity(d) for d, held in enumerate(resident_memory(spec)))
+            and not any(b.is_multi_device for b in spec.blocks)):
+        # No memory binds and no block waits for several devices at once: the end re-solves and
+        # step 6 (TO without memory) see to the plan (module text, "Where it runs").
+        return None
     keys = [(b.name, mb) for mb in range(n) for b in spec.blocks]
     index = {k: i for i, k in enumerate(keys)}
     base = [Precedence(index[(e.src, mb)], index[(e.dst, mb)], lag(spec, e.src, e.dst))
@@ -93,14 +108,15 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
     span = schedule.makespan(spec)
     best = None
     spent = [0.0]  # deterministic time of the rigid-tail solves, within RIGID_WINDOWS * effort
+    pairs = {k: len(spec.block(k[0]).devices) for k in keys}  # (instance, device) pairs of each instance
     t0 = 0
     while t0 < span:
         limit = left()
         if limit is not None and limit <= 0.05:
             break
-        t1 = t0 + max(1, span // WINDOW_SHARE)
-        movable = sum(len(spec.block(k[0]).devices) for k in keys if start[k] >= t0)
-        free = sum(len(spec.block(k[0]).devices) for k in keys if t0 <= start[k] < t1)
+        t1 = _window_end(start, pairs, t0, t0 + max(1, span // WINDOW_SHARE))
+        movable = sum(pairs[k] for k in keys if start[k] >= t0)
+        free = sum(pairs[k] for k in keys if t0 <= start[k] < t1)
         if movable <= WINDOW_MAX_FREE:
             found = _solve_window(spec, schedule, index, base, start, t0, t1, span, limit, solver, effort)
         elif free <= WINDOW_MAX_FREE and spent[0] < RIGID_WINDOWS * effort - 0.05:
@@ -110,8 +126,19 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
             found = None
         if found is not None:
             best, span, start = found, found.makespan(spec), starts_in_order(spec, found.slots)
-        t0 += max(1, span // WINDOW_STEP_SHARE)
+        t0 += max(1, min(span // WINDOW_STEP_SHARE, (t1 - t0) // 2))
     return best
+
+
+def _window_end(start, pairs, t0: int, t1: int) -> int:
+    """`t1`, or earlier where the window would free more than `WINDOW_MAX_FREE` (instance, device)
+    pairs: the first start at which the count would pass it (module text, "Narrower windows")."""
+    free = 0
+    for at, k in sorted((at, k) for k, at in start.items() if t0 <= at < t1):
+        free += pairs[k]
+        if free > WINDOW_MAX_FREE:
+            return max(t0 + 1, at)
+    return t1
 
 
 def _solve_window(spec: Spec, schedule: Schedule, index, base, start, t0: int, t1: int, span: int, limit,
