@@ -194,7 +194,7 @@ def search(
                                  help="Spend E more units of deterministic solver budget (about seconds of one "
                                       "core) re-solving the whole schedule for this N, warm-started from the one "
                                       "found, E more on the model with memory as holding cuts, and 1 + E a window where memory binds "
-                                      "(a second sweep of windows); kept only when shorter (default 0: the search alone). Any E above 0 "
+                                      "or a block runs on several devices (a second sweep of windows); kept only when shorter (default 0: the search alone). Any E above 0 "
                                       "also tries repetends of two micro-batches on chains with an embedding or "
                                       "head beside a stage, split backward or blocks on every device (tens of "
                                       "seconds of CPU at 8 devices)."),
