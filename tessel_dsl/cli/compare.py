@@ -177,12 +177,17 @@ def _show(part) -> None:
     out.print(part, soft_wrap=True)
 
 
-def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
-    """(spec, given schedules) from a .tsl spec or a plan file."""
+def _load(path: Path, sets: dict[str, str], mode: Optional[str], microbatches: Optional[int] = None):
+    """(spec, given schedules) from a .tsl spec or a plan file; a plan is re-extended to
+    `microbatches` as `tessel simulate -n` would, so its row is at the N of the others."""
     if path.suffix == ".json":
         from tessel_dsl.plan import load_plan
 
         plan = load_plan(path)  # (--set and --mode with a plan file are refused before any work)
+        if microbatches is not None and microbatches != plan.schedule.microbatches:
+            from tessel_dsl.search.finish import replan
+
+            plan = replan(plan, microbatches)
         return plan.spec, ((f"plan:{plan.schedule.name}", plan.schedule),)
     from tessel_dsl.lang.parser import parse_file
 
@@ -196,7 +201,8 @@ def _load(path: Path, sets: dict[str, str], mode: Optional[str]):
 def compare(
     specs: Optional[list[Path]] = typer.Argument(None, help="Specs (.tsl) or plan files (plan.json) to compare on."),
     microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", min=1, metavar="N",
-                                               help="Micro-batches N (default: each spec's N)."),
+                                               help="Micro-batches N (default: each spec's N); a plan file is "
+                                                    "re-extended to N as `tessel simulate -n` does."),
     sets: Optional[list[str]] = typer.Option(None, "--set", metavar="K=V",
                                              help="Override a spec parameter (repeatable)."),
     mode: Optional[str] = typer.Option(None, "--mode", metavar="train|infer", help="Override the spec's mode."),
@@ -256,7 +262,7 @@ def compare(
     everything = []
     results = []
     for path in specs:
-        spec, given = _load(path, overrides, mode)
+        spec, given = _load(path, overrides, mode, microbatches)
         names = tuple(s for s in chosen if not (given and s == "tessel"))
         with err_console.status(f"comparing schedules on {spec.name}..."):
             rows = run_compare(spec, microbatches, schedules=names, to=to, to_time_limit=to_limit, to_effort=to_effort,

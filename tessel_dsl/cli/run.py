@@ -15,8 +15,9 @@ def _plan_for(target: Path, set_: list[str] | None, microbatches: Optional[int],
     """A plan from a .tsl spec (parsed and searched here) or a plan file.
 
     A plan file runs its own programs. They are lowered again only when asked: `blocking` given and
-    different from how the plan was lowered, or a new micro-batch count (a new schedule, lowered in
-    the plan's own mode unless `blocking` says otherwise). A plan without programs needs the mode.
+    different from how the plan was lowered, or a new micro-batch count (re-extended exactly as
+    `tessel simulate -n` does, `finish.replan`, and lowered in the plan's own mode unless `blocking`
+    says otherwise). A plan without programs needs the mode.
     """
     from tessel_dsl.plan import Plan, load_plan, make_plan
 
@@ -35,14 +36,16 @@ def _plan_for(target: Path, set_: list[str] | None, microbatches: Optional[int],
     have = plan.programs[0].blocking if plan.programs else None
     want = have if blocking is None else blocking
     if microbatches is not None and microbatches != sched.microbatches:
-        from tessel_dsl.search.extend import extend
+        from tessel_dsl.search.finish import replan
 
-        sched = extend(plan.spec, sched, microbatches, name=sched.name)
-    if sched is not plan.schedule or want != have:
+        # The same re-extension as `tessel simulate -n`, so the run is the schedule it showed.
+        err_console.print(f"re-extending {sched.name} to N={microbatches} and lowering it "
+                          f"{'blocking' if want else 'non-blocking'}", highlight=False)
+        return replan(plan, microbatches, blocking=want)
+    if want != have:
         from tessel_dsl.lower import lower
 
-        why = f"N={sched.microbatches}" if sched is not plan.schedule else "as asked"
-        err_console.print(f"lowering {plan.schedule.name} again, {'blocking' if want else 'non-blocking'} ({why})",
+        err_console.print(f"lowering {plan.schedule.name} again, {'blocking' if want else 'non-blocking'} (as asked)",
                           highlight=False)
         plan = Plan(plan.spec, sched, lower(plan.spec, sched, blocking=want), plan.search,
                     sched.peak_memory(plan.spec))
@@ -71,8 +74,9 @@ def run(
                                                  "in that mode, and says so; a plan without programs needs one of the "
                                                  "two."),
     microbatches: Optional[int] = typer.Option(None, "--microbatches", "-n", metavar="N",
-                                               help="Micro-batches per iteration: re-extends a plan's repetend and "
-                                                    "lowers it in the plan's mode, or searches a spec for N."),
+                                               help="Micro-batches per iteration: re-extends a plan exactly as "
+                                                    "`tessel simulate -n` does (the schedule it shows) and lowers it "
+                                                    "in the plan's mode, or searches a spec for N."),
     steps: int = typer.Option(3, "--steps", metavar="K", help="Measured iterations."),
     warmup: int = typer.Option(1, "--warmup", metavar="K", help="Unmeasured iterations first."),
     timeout: float = typer.Option(120.0, "--timeout", metavar="S", help="Seconds without progress before the run fails."),

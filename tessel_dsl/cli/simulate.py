@@ -35,17 +35,14 @@ def load_source(path: Path, *, microbatches: int | None, sets: dict[str, str], m
         plan = load_plan(path)
         if microbatches is not None and microbatches != plan.schedule.microbatches:
             from tessel_dsl.plan_check import check_microbatch_count
-            from tessel_dsl.search.finish import reextend
+            from tessel_dsl.search.finish import replan
             from tessel_dsl.simulator import check_size
 
             # Both before the re-extension, whose cost grows with N: what a plan may hold at all,
             # then what the simulator takes.
             check_microbatch_count(plan.spec, microbatches)
             check_size(plan.spec, microbatches)
-
-            schedule = reextend(plan.spec, plan.schedule, microbatches, info=plan.search)  # also handles N below N_R
-            keep = plan.programs[0].blocking if plan.programs else False
-            plan = make_plan(plan.spec, schedule, plan.search, blocking=keep if blocking is None else blocking)
+            plan = replan(plan, microbatches, blocking=blocking)  # also handles N below N_R
         return plan
     from tessel_dsl.lang.parser import parse_file
     from tessel_dsl.search.driver import search

@@ -2,7 +2,9 @@
 
 After the repetend is extended to N micro-batches, `finish` keeps the extension or a shorter
 applicable baseline, then re-solves the warmup and cooldown regions (`refine.py`). `reextend`
-applies the same steps to a plan's stored repetend for a different N, without searching again.
+applies the same steps to a plan's stored repetend for a different N, without searching again, and
+`replan` makes a whole plan of it: the one path `tessel simulate -n` and `tessel run -n` share, so
+a run executes the very schedule the simulation showed for that N.
 """
 from __future__ import annotations
 
@@ -40,6 +42,30 @@ def reextend(spec: Spec, schedule: Schedule, microbatches: int, *, solver: str =
     out = finish(divide_spec(spec, unit), divide_schedule(sched, unit), solver=solver,
                  clock=Clock(time_limit, unit))[0]
     return scale_schedule(out, unit)
+
+
+def replan(plan, microbatches: int, *, blocking: bool | None = None, time_limit: float | None = None):
+    """`plan` (a `tessel_dsl.plan.Plan`) for `microbatches`: its schedule re-extended (`reextend`),
+    validated and lowered in `blocking` mode (default: the mode its programs were lowered in, else
+    non-blocking). Ending a re-extended schedule re-solves its ends with OR-Tools; where that is not
+    installed (a GPU host with torch only) this is refused with what to do instead, rather than
+    running a plain extension the simulation never showed."""
+    from tessel_dsl.errors import TesselError
+    from tessel_dsl.plan import make_plan
+    from tessel_dsl.plan_check import check_microbatch_count
+
+    check_microbatch_count(plan.spec, microbatches)  # before any work that grows with N
+    try:
+        schedule = reextend(plan.spec, plan.schedule, microbatches, info=plan.search, time_limit=time_limit)
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("ortools"):
+            raise
+        raise TesselError(
+            f"re-extending the plan from N={plan.schedule.microbatches} to N={microbatches} re-solves its ends "
+            "with OR-Tools, which is not installed here; write a plan for that N where the project is installed "
+            f"(`tessel search <spec> -n {microbatches}`) and run that plan without -n") from None
+    keep = plan.programs[0].blocking if plan.programs else False
+    return make_plan(plan.spec, schedule, plan.search, blocking=keep if blocking is None else blocking)
 
 
 def baseline_for(spec: Spec, name: str, microbatches: int) -> Schedule:
