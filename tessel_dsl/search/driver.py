@@ -4,7 +4,8 @@
    at most `analysis.max_inflight` micro-batches fit in memory, which caps ``N_R``.
 2. Repetend: the smallest period ``P`` for which some offset assignment schedules, found either by
    enumerating pruned assignments (`repetend.py`) or with one cyclic model per period
-   (`modulo.py`). While looking, warmup and cooldown are only checked for satisfiability.
+   (`modulo.py`); `findrep.py` runs either. While looking, warmup and cooldown are only checked
+   for satisfiability.
 3. Completion: time-optimal warmup and cooldown, once, for the chosen repetend (`completion.py`).
 4. Extension to N micro-batches and compaction (`extend.py`); N below ``N_R`` is solved directly.
    Finishing for that N: a shorter baseline order, the ends re-solved (`finish.py`).
@@ -29,23 +30,15 @@ from tessel_dsl.search.clock import Clock
 from tessel_dsl.search.completion import solve_cooldown, solve_warmup
 from tessel_dsl.search.direct import direct_search
 from tessel_dsl.search.extend import DIRECT_MAX_TASKS, Parts, below_span, extend
+from tessel_dsl.search.findrep import ACCEPT_EFFORT, find_repetend
 from tessel_dsl.search.finish import finish
 from tessel_dsl.search.heldcuts import CUT_EFFORT, adopt, held_cuts
 from tessel_dsl.search.kcopy import with_copies
 from tessel_dsl.search.membound import memory_period_bound
-from tessel_dsl.search.modulo import POLISH_EFFORT
 from tessel_dsl.search.notes import Note, budget_verdict, note
-from tessel_dsl.search.period_walk import modulo_search
-from tessel_dsl.search.repetend import (
-    Counters,
-    enumerate_search,
-    make_repetend,
-    nr_limit,
-    repetend_problem,
-    serial_repetend,
-)
+from tessel_dsl.search.repetend import Counters
 from tessel_dsl.search.result import Progress, SearchResult
-from tessel_dsl.search.solvers import Objective, resolve, solve
+from tessel_dsl.search.solvers import resolve
 from tessel_dsl.search.timescale import divide_spec, scale_schedule, time_unit
 from tessel_dsl.search.twins import fold_twins
 from tessel_dsl.search.windows import adopt_windows
@@ -71,70 +64,6 @@ def _check_inputs(spec: Spec, n: int, method: str) -> None:
                 f"memory {memory_in(spec.units, spec.capacity(d))} on device {d} is below what one micro-batch "
                 f"needs there ({memory_in(spec.units, m)}); no schedule exists: give device {d} at least "
                 f"{memory_in(spec.units, m)} or split its blocks")
-
-
-def _polish(spec: Spec, rep: Repetend, solver: str, left: float | None) -> Repetend:
-    """Re-solve a found repetend's offsets at its period for the shortest micro-batch latency."""
-    offsets = {s.block: s.mb for s in rep.slots}
-    prob = repetend_problem(spec, offsets, rep.period)
-    index = {b.name: i for i, b in enumerate(spec.blocks)}
-    tasks = tuple(replace(t, skew=-rep.period * offsets[t.key]) for t in prob.tasks)
-    hints = tuple(s.start for s in sorted(rep.slots, key=lambda s: index[s.block]))
-    sol = solve(replace(prob, tasks=tasks, hints=hints), Objective.SPREAD, left, solver=solver, effort=POLISH_EFFORT)
-    return make_repetend(spec, offsets, sol.starts, rep.period) if sol.ok else rep
-
-
-ACCEPT_EFFORT = 5.0  # deterministic budget of one satisfiability solve of a warmup or cooldown
-
-
-def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counters: Counters,
-                  report: Callable[[str], None], witnesses: dict | None = None,
-                  cap: int | None = None) -> tuple[Repetend, bool, tuple[Note, ...]]:
-    """The best repetend (lazily checked for completion), whether that is proven, and notes.
-    `witnesses` (if given) receives, per accepted repetend, the valid warmup and cooldown that
-    showed it can be completed. With `cap`, only periods below it are looked for (a repetend at
-    `cap` or above is of no use to the caller): the one-micro-batch repetend comes back when none
-    is found, proven when every period below `cap` was shown infeasible."""
-    from tessel_dsl.search.periodic import completion_witness
-
-    lower, max_nr = lower_bound(spec), nr_limit(spec)
-    undecided: list[Repetend] = []
-
-    def accept(rep: Repetend) -> bool | None:
-        # Satisfiability only (lazy search): the periodic warmup and cooldown when they hold,
-        # else a solve with a deterministic budget; None when that budget could not tell.
-        verdict, ends = completion_witness(spec, rep, solver=solver, effort=ACCEPT_EFFORT, time_limit=clock.left())
-        if verdict == "unknown":
-            undecided.append(rep)
-            return None
-        if ends is not None and witnesses is not None:
-            witnesses[rep] = ends
-        return verdict == "yes"
-
-    fallback = serial_repetend(spec, solver, counters, clock.left)
-    upper = fallback.period
-    notes: list[Note] = []
-    if method == "modulo":
-        rep, proven, said, enumerate_instead = modulo_search(
-            spec, fallback, solver=solver, clock=clock, counters=counters, report=report, accept=accept, cap=cap)
-        notes += [said] if said is not None else []
-        if not enumerate_instead:
-            if rep is fallback and not proven:
-                notes.append(note("one-mb-repetend"))
-            return rep, proven, tuple(notes)
-        notes.append(note("enumerating"))
-        upper = rep.period + 1 if rep is not fallback else upper
-    upper = upper if cap is None else min(upper, cap)
-    rep, complete = enumerate_search(
-        spec, lower=lower, upper=upper, max_nr=max_nr, solver=solver, deadline=clock.left,
-        counters=counters, accept=lambda r: bool(accept(r)), on_progress=lambda: report("repetend (enumerate)"))
-    complete = complete and not undecided  # a candidate whose completion went unsettled was skipped
-    if rep is None:
-        if not complete:
-            notes += [note("enumerate-time-limit", period=counters.period * clock.unit), note("one-mb-repetend")]
-        return fallback, complete, tuple(notes)
-    rep = _polish(spec, rep, solver, clock.left())
-    return rep, complete, tuple(notes)
 
 
 HELD_CUTS_STEP = "the whole schedule with memory as holding cuts"
