@@ -28,6 +28,8 @@ clock       the user's wall-clock limit and the time unit notes speak in
 repetend    repetend construction by enumerating offsets (paper §4.1)
 modulo      repetend construction with one cyclic model per period
 period_walk  the smallest period: a floor, then galloping and bisection over the cyclic model
+findrep     the repetend step: the walk or the enumeration, and what is kept when nothing settles
+listrep     the list-scheduled repetend at the shortest valid period a bisection meets (kept when nothing settles)
 construct   a repetend at the period bound without a solver (modulo list scheduling)
 completion  time-optimal warmup and cooldown for a repetend (paper §4.2)
 periodic    warmup and cooldown read off the periodic schedule (completion checks, no solver)
