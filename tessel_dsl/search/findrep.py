@@ -78,6 +78,8 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counter
         if not enumerate_instead:
             if rep is fallback and not proven:
                 rep, said = _unsettled_fallback(spec, fallback, clock, witnesses, cap)
+                if said.values.get("floor"):  # nothing below it was left to settle
+                    notes, proven = [n for n in notes if n.kind != "walk-unsettled"], True
                 notes.append(said)
             return rep, proven, tuple(notes)
         notes.append(note("enumerating"))
@@ -90,7 +92,8 @@ def find_repetend(spec: Spec, *, solver: str, method: str, clock: Clock, counter
     if rep is None:
         if not complete:
             fallback, said = _unsettled_fallback(spec, fallback, clock, witnesses, cap)
-            notes += [note("enumerate-time-limit", period=counters.period * clock.unit), said]
+            complete = bool(said.values.get("floor"))
+            notes += [said] if complete else [note("enumerate-time-limit", period=counters.period * clock.unit), said]
         return fallback, complete, tuple(notes)
     rep = _polish(spec, rep, solver, clock.left())
     return rep, complete, tuple(notes)
@@ -101,12 +104,14 @@ def _unsettled_fallback(spec: Spec, fallback: Repetend, clock: Clock, witnesses:
     """What to keep when no solve settled a period below the one-micro-batch repetend `fallback`:
     the list-scheduled repetend when one is valid at a shorter period (`listrep.py`; its own
     warmup and cooldown become its witnesses; below `cap`, if given), else `fallback`; and the
-    note that says which."""
+    note that says which, and whether the period is the floor (`period_walk.period_floor`), so
+    proven minimal among repetends holding each block once."""
+    floor = period_floor(spec)
     above = fallback.period if cap is None else min(fallback.period, cap)
-    listed = list_repetend(spec, period_floor(spec), above, clock.left)
+    listed = list_repetend(spec, floor, above, clock.left)
     if listed is None:
         return fallback, note("one-mb-repetend")
     rep = listed[0]
     if witnesses is not None:
         witnesses[rep] = (Phase(listed[1], False), Phase(listed[2], False))
-    return rep, note("list-repetend", period=rep.period * clock.unit, nr=rep.nr)
+    return rep, note("list-repetend", period=rep.period * clock.unit, nr=rep.nr, floor=rep.period <= floor)

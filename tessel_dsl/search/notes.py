@@ -61,7 +61,8 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     "one-mb-repetend": lambda v: "using a one-micro-batch repetend",
     "list-repetend": lambda v: (
         f"using the repetend list scheduling builds at period {v['period']} (N_R={v['nr']}), "
-        "the shortest valid one a bisection met; no solve settled a shorter period"),
+        + ("the period's lower bound" if v.get("floor") else
+           "the shortest valid one a bisection met; no solve settled a shorter period")),
     "baseline-beats": lambda v: (
         f"{v['baseline'].upper()} for N={v['n']} (makespan {v['makespan']}) beats the extended repetend "
         f"({v['extended']}): its block order is used for this N; the repetend is kept for other N"),

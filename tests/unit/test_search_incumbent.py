@@ -134,16 +134,18 @@ def test_useful_cap_leaves_room_for_the_ends():
 
 def test_a_walk_cut_by_its_budget_is_the_same_plan_twice_and_says_so(monkeypatch):
     # The walk's budget is CP-SAT deterministic time charged as used. V-shape D=4 under M=2: with
-    # its budget the walk proves period 8 (the memory floor); with none it keeps the
-    # one-micro-batch repetend (16 = 4 * (1 + 3)), names 8..15 as open, and the plan still runs
+    # its budget the walk proves period 8 (the memory floor); with none it would keep the
+    # one-micro-batch repetend (16 = 4 * (1 + 3)) and name 8..15 as open, and the plan still runs
     # memory-capped 1F1B's order (68), the same on every run.
-    from tessel_dsl.search import period_walk
+    from tessel_dsl.search import findrep, period_walk
     from tests.helpers import vshape
 
     spec = vshape(devices=4, memory=2, fwd=1, bwd=3, microbatches=8)
     full = search(spec, method="modulo")
     assert full.info.period == 8 and full.info.period_proven
     monkeypatch.setattr(period_walk, "WALK_EFFORT_RANGE", (0.0, 0.0))
+    listed = findrep.list_repetend
+    monkeypatch.setattr(findrep, "list_repetend", lambda *args: None)
     a, b = (search(spec, method="modulo") for _ in range(2))
     validate(spec, a.schedule)
     assert a.schedule.slots == b.schedule.slots and a.info.notes == b.info.notes
@@ -151,6 +153,14 @@ def test_a_walk_cut_by_its_budget_is_the_same_plan_twice_and_says_so(monkeypatch
     open_periods = next(n.values for n in a.info.notes if n.kind == "walk-unsettled")
     assert (open_periods["low"], open_periods["high"], open_periods["cause"]) == (8, 15, "budget")
     assert a.schedule.makespan(spec) == build(spec, "1f1b-capped", 8).makespan(spec) == 68
+    # With the list-scheduled repetend (`listrep.py`) the period is 8, the floor, so proven
+    # minimal with no solve, and nothing is left open.
+    monkeypatch.setattr(findrep, "list_repetend", listed)
+    c = search(spec, method="modulo")
+    validate(spec, c.schedule)
+    assert c.info.period == 8 and c.info.period_proven
+    assert [n.kind for n in c.info.notes if n.kind in ("walk-unsettled", "list-repetend")] == ["list-repetend"]
+    assert c.schedule.makespan(spec) <= 68
 
 
 def test_walk_budget_shrinks_with_the_model():
