@@ -88,6 +88,8 @@ def _num(x: float) -> int | float:
 
 def _period(s: dict) -> str:
     if not s["period"]:
+        if s["method"] == "baseline":  # a baseline with no fixed-period steady state (the note names it)
+            return "- (no repetend: the plan runs a baseline's order)"
         return "- (no repetend; solved directly)"
     verdict = "[green]optimal[/]" if s["gap"] == 0 else f"[yellow]{s['gap'] * 100:.1f}% above[/]"
     period = in_time(s, s["period"])

@@ -280,3 +280,17 @@ def test_simulate_names_no_planned_period_for_an_order_its_repetend_did_not_lay_
     laid = search(vshape)
     assert laid.schedule.repetend_start is not None
     assert simulate(make_plan(vshape, laid.schedule, laid.info)).planned_period == laid.schedule.repetend.period
+
+
+def test_the_summary_says_a_baseline_plan_has_no_repetend_not_that_it_was_solved_directly(capsys, tmp_path):
+    # Gemma-2-27B over 8 GPUs, stage 0 holding one micro-batch fewer than 1F1B needs: memory-capped
+    # 1F1B reaches the makespan bound and has no fixed-period steady state, so the plan keeps no
+    # repetend; nothing was solved directly.
+    from tests.helpers import run_cli
+
+    spec = ROOT / "bench" / "specs" / "real" / "gemma2_27b_chain8.tsl"
+    code, out, err = run_cli(capsys, "search", str(spec), "-o", str(tmp_path / "plan.json"))
+    assert code == 0, err
+    said = " ".join(out.replace("│", " ").split())
+    assert "no repetend: the plan runs a baseline's order" in said and "solved directly" not in said
+    assert "reached" in said and "1F1B-CAPPED for N=32 reaches the makespan lower bound (9288)" in said
