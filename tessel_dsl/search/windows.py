@@ -55,7 +55,7 @@ it was given within a window's budget on the interleaved spec below. Only the wi
 are free, so a window costs about as much wherever it lies; instances that ended a window's
 width before it are left out (their memory is the level the model starts from; on each device
 they all started before anything left in the model). The rigid windows of one sweep share
-`RIGID_WINDOWS` windows' budgets. With them `tessel search` (defaults, N = 32) gives
+`RIGID_WINDOWS` windows' budgets, twice that from `WIDE_DEVICES` devices on. With them `tessel search` (defaults, N = 32) gives
 bench/specs/real/phi3_medium_zb8.tsl 11339 -> 10371 ms (the makespan bound is 9645),
 llama70b_zb16_mem.tsl 17865 -> 17405, llama8b_interleaved8_mem.tsl 27709 -> 27280,
 qwen14b_interleaved8_a100.tsl 17234 -> 16590, gemma2_9b_chain8_mem.tsl 13031 -> 12903, for at most
@@ -79,6 +79,10 @@ WINDOW_MAX_FREE = 400  # above this many unpinned (instance, device) pairs a win
 # free-tail solves' memory as held intervals, 6 gave 27048 and 16490 on the interleaved specs above
 # (27178 and 16589 with 4) for 3 and 2 s more CPU, and 10 the same as 6.
 RIGID_WINDOWS = 4
+# ... and twice that from WIDE_DEVICES devices on, where the CPU a default search may take is four
+# times larger (issue 27: 120 s at D = 16-32 against 30 s at D = 8) and the memory-bound NN-shapes
+# still gain from more rigid windows (docs/search.md step 7).
+WIDE_DEVICES = 16
 WINDOW_MAX_TASKS = 2500  # block instances: above this one window's model costs more than it wins
 
 
@@ -107,7 +111,8 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
     start = starts_in_order(spec, schedule.slots)
     span = schedule.makespan(spec)
     best = None
-    spent = [0.0]  # deterministic time of the rigid-tail solves, within RIGID_WINDOWS * effort
+    rigid = RIGID_WINDOWS * (2 if spec.devices >= WIDE_DEVICES else 1)
+    spent = [0.0]  # deterministic time of the rigid-tail solves, within rigid * effort
     pairs = {k: len(spec.block(k[0]).devices) for k in keys}  # (instance, device) pairs of each instance
     t0 = 0
     while t0 < span:
@@ -119,8 +124,8 @@ def shorten_by_windows(spec: Spec, schedule: Schedule, *, solver: str, left=lamb
         free = sum(pairs[k] for k in keys if t0 <= start[k] < t1)
         if movable <= WINDOW_MAX_FREE:
             found = _solve_window(spec, schedule, index, base, start, t0, t1, span, limit, solver, effort)
-        elif free <= WINDOW_MAX_FREE and spent[0] < RIGID_WINDOWS * effort - 0.05:
-            budget = min(effort, RIGID_WINDOWS * effort - spent[0])
+        elif free <= WINDOW_MAX_FREE and spent[0] < rigid * effort - 0.05:
+            budget = min(effort, rigid * effort - spent[0])
             found = _solve_rigid(spec, schedule, start, t0, t1, span, limit, solver, budget, spent)
         else:
             found = None

@@ -192,3 +192,25 @@ def test_windows_end_early_where_blocks_span_every_device(monkeypatch):
     assert seen and max(seen) <= 20
     validate(spec, got)
     assert 60 <= got.makespan(spec) < start.makespan(spec)
+
+
+def test_sixteen_devices_get_twice_the_rigid_windows(monkeypatch):
+    # The rigid-tail solves of one sweep share 4 windows' budgets below 16 devices and 8 from 16
+    # on (where a default search may take four times the CPU). Every rigid solve here spends its
+    # whole budget and finds nothing, so the budgets offered add up to exactly that share.
+    windows = importlib.import_module("tessel_dsl.search.windows")
+    offered: list[float] = []
+
+    def rigid(spec, schedule, start, t0, t1, span, limit, solver, budget, spent):
+        offered.append(budget)
+        spent[0] += budget
+        return None
+
+    monkeypatch.setattr(windows, "_solve_rigid", rigid)
+    monkeypatch.setattr(windows, "_solve_window", lambda *a, **k: None)
+    monkeypatch.setattr(windows, "WINDOW_MAX_FREE", 20)  # (so that rigid windows are asked for)
+    for devices, share in ((8, 4), (16, 8)):
+        offered.clear()
+        spec = _memchain(devices)
+        assert windows.shorten_by_windows(spec, build(spec, "gpipe", 24), solver="cpsat") is None
+        assert abs(sum(offered) - share * windows.WINDOW_EFFORT) < 1e-9 and len(offered) == share
