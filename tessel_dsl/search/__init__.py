@@ -8,6 +8,7 @@ incumbent   the best baseline first: the answer when it reaches the bound or no 
 inflight    memory-capped 1F1B with each stage's in-flight limit searched (a best plan in hand)
 setwidth    memory-aware interleaved 1F1B with its micro-batch set size searched (a best plan in hand)
 warmups     1F1B+ with each stage's warmup searched, between 1F1B+ and GPipe+ (a best plan in hand)
+lockstep    1F1B+ with every stage running forwards, then backwards, together between all-device blocks (a best plan in hand)
 zbdepth     memory-capped ZB-H1 with each stage's forward depth searched (a best plan in hand)
 windows     the schedule re-solved a window of time at a time, the rest held (shorter plans where memory binds)
 tuned       the baselines the search tunes for its N: which run, and rebuilt for another N

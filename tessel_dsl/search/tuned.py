@@ -2,7 +2,8 @@
 
 Each is a plain baseline with one of its choices searched: memory-capped 1F1B's in-flight limits
 (`inflight.py`), memory-aware interleaved 1F1B's set size (`setwidth.py`), memory-capped ZB-H1's
-forward depths (`zbdepth.py`) and 1F1B+'s warmups (`warmups.py`). `add_tuned` runs those that
+forward depths (`zbdepth.py`), 1F1B+'s warmups (`warmups.py`) and 1F1B+ with the stages in
+lockstep between all-device blocks (`lockstep.py`). `add_tuned` runs those that
 can help once the plain baselines are built (`refine.best_baseline`); `rebuild` builds one that
 a plan names for another N (`finish.baseline_for`): it has no fixed order to build by name, so
 it is tuned again, or is its plain baseline where tuning finds nothing shorter.
@@ -11,13 +12,13 @@ from __future__ import annotations
 
 from tessel_dsl.ir import Spec
 from tessel_dsl.schedule import Schedule
-from tessel_dsl.search import inflight, setwidth, warmups, zbdepth
+from tessel_dsl.search import inflight, lockstep, setwidth, warmups, zbdepth
 from tessel_dsl.search.clock import Clock
 
 # tuned baseline -> the plain one it is rebuilt from (for the warmups GPipe+: it always fits
 # memory, in waves)
 PLAIN = {inflight.NAME: "1f1b-capped", setwidth.NAME: "interleaved-1f1b", zbdepth.NAME: "zb-h1-capped",
-         warmups.NAME: "gpipe+"}
+         warmups.NAME: "gpipe+", lockstep.NAME: "gpipe+"}
 
 
 def add_tuned(spec: Spec, n: int, found: list[tuple[int, int, Schedule, str]], *, large: bool,
@@ -50,6 +51,14 @@ def add_tuned(spec: Spec, n: int, found: list[tuple[int, int, Schedule, str]], *
     if (any(b.is_multi_device for b in spec.blocks) and any(name in ("1f1b+", "gpipe+") for _, _, _, name in found)
             and above(shortest)):
         add(warmups.searched_warmups(spec, n, shortest, clock=clock), warmups.NAME)
+    # Lockstep stretches (only where blocks run on every device: `lockstep.py` says why), against
+    # the shortest so far, the warmup search's included; below `lockstep.WIDE_DEVICES` devices
+    # only when the play reaches the makespan bound (lockstep.py, "Where it is offered").
+    shortest = min((span for span, _, _, _ in found), default=None)
+    if shortest is not None and above(shortest):
+        got = lockstep.lockstep(spec, n, shortest, clock=clock)
+        if got is not None and (spec.devices >= lockstep.WIDE_DEVICES or not above(got.makespan(spec))):
+            add(got, lockstep.NAME)
 
 
 def rebuild(spec: Spec, name: str, microbatches: int) -> Schedule:
@@ -60,5 +69,5 @@ def rebuild(spec: Spec, name: str, microbatches: int) -> Schedule:
     if name == inflight.NAME:
         return inflight.searched_capped(spec, microbatches) or built
     tune = {setwidth.NAME: setwidth.searched_interleaved, zbdepth.NAME: zbdepth.searched_depths,
-            warmups.NAME: warmups.searched_warmups}.get(name)
+            warmups.NAME: warmups.searched_warmups, lockstep.NAME: lockstep.lockstep}.get(name)
     return (tune(spec, microbatches, built.makespan(spec)) if tune else None) or built
