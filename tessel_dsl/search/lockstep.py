@@ -19,17 +19,22 @@ start a micro-batch (an embedding before the first stage) only when some device 
 ready without them. Shorter blocks that are ready fill a stretch where they end within it (a
 decoder stage of 10 ms twice within an encoder's 23). A device starts a block only when its
 memory holds it; a play that leaves every device waiting on memory is dropped. ``a`` runs from 0
-to N + D; the shortest play that fits memory is kept.
+to N + D, in two families: in the first a device with nothing of the stretch's kind ready sits
+the stretch out (unless a block fills it); in the second it starts its next block of the other
+kind with the rest, which mixes kinds again but only where a stage would otherwise idle the
+whole stretch. The shortest play of both that fits memory is kept.
 
 **Where it is offered.** The search takes the shortest play as a best plan in hand (`tuned.py`)
 from `WIDE_DEVICES` devices on, where a micro-batch crosses many stages and the mixing costs
-most: on bench/specs/real/ul2_nnshape16.tsl (16 devices, four all-device blocks a micro-batch,
-N = 32) the plays give 3357 ms where 1F1B+ with its warmups searched gives 3736, and the window
-sweep (`windows.py`) then reaches 3262 (the makespan bound is 3242; from 3736 it reached 3462);
-with `MEM=20`, 5226 and then 4798 (5002 before). Below that it is taken only where a play
-reaches the makespan bound (bench/specs/real/mshape8.tsl: 6171 ms, found in 4.6 s of CPU where
-the windows took 12.5): on nnshape8.tsl the play (3148) is shorter than the extended repetend
-(3151), but the windows take that repetend to 3127 and the play only to 3143.
+most, and the window sweep (`windows.py`) goes on from it. `python bench/search_real.py` (16
+devices, N = 32): bench/specs/real/nnshape16.tsl, the second family reaches the makespan bound,
+1955 ms, where the warmup search (`warmups.py`) gave 2005 and the windows took that to 1963;
+ul2_nnshape16.tsl 3462 -> 3337 (its play 3341; the first family's, 3357, the windows would have
+taken to 3262: which start the windows take furthest is not known before they run);
+`MEM=20` 5002 -> 4710; llama70b_vocab16.tsl 106028 -> 105078. Below 16 devices a play is taken
+only where it reaches the makespan bound (bench/specs/real/mshape8.tsl: 6171 ms, found in 4.9 s
+of CPU where the windows took 12.5): on nnshape8.tsl the play (3148) is shorter than the
+extended repetend (3151), but the windows take that repetend to 3127 and the play only to 3143.
 
 Its budget is a count of block instances laid out (`LOCKSTEP_WORK`), so the answer does not depend
 on the machine or its load; only a wall-clock limit the user gave ends it sooner.
@@ -42,7 +47,7 @@ from tessel_dsl.search.clock import Clock, PlayBudget
 
 NAME = "1f1b+ (lockstep)"
 WIDE_DEVICES = 16  # from this many devices on the search keeps a play above the bound (module text)
-LOCKSTEP_WORK = 150_000  # block instances laid out over all plays (about 1.5 s of CPU at 16 devices, N = 32)
+LOCKSTEP_WORK = 300_000  # block instances laid out over all plays (about 2 s of CPU at 16 devices, N = 32)
 _STALLS = 4  # stretches in a row with nothing to run before the play waits for the next ready time
 
 
@@ -59,13 +64,14 @@ def lockstep(spec: Spec, n: int, than: int, work: int = LOCKSTEP_WORK, clock: Cl
         return None
     budget = PlayBudget(work, clock, "the lockstep 1F1B+ plays")
     best, span = None, than
-    for a in range(n + spec.devices + 1):
-        if budget.done():
-            break
-        budget.spend(n * len(spec.blocks))
-        got = _play(spec, n, a)
-        if got is not None and got.makespan(spec) < span:
-            best, span = got, got.makespan(spec)
+    for either in (False, True):
+        for a in range(n + spec.devices + 1):
+            if budget.done():
+                break
+            budget.spend(n * len(spec.blocks))
+            got = _play(spec, n, a, either)
+            if got is not None and got.makespan(spec) < span:
+                best, span = got, got.makespan(spec)
     if best is not None:
         try:
             validate(spec, best)
@@ -74,8 +80,10 @@ def lockstep(spec: Spec, n: int, than: int, work: int = LOCKSTEP_WORK, clock: Cl
     return best
 
 
-def _play(spec: Spec, n: int, warm: int) -> Schedule | None:
-    """One play with `warm` forward stretches first (module text); None when memory stalls it."""
+def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | None:
+    """One play with `warm` forward stretches first (module text); with `either`, a device with
+    nothing of the stretch's kind ready starts its next block of the other kind with it. None
+    when memory stalls it."""
     from tessel_dsl.search.lags import edge_lags
 
     everyone = set(range(spec.devices))
@@ -126,10 +134,13 @@ def _play(spec: Spec, n: int, warm: int) -> Schedule | None:
             _open_microbatches(spec, ready, barrier, preds, local, run, t, everyone)
             t = max([t] + [free[d] for d in range(spec.devices)])
         taken: set[int] = set()
-        for i, x in local(back, t):
-            if not taken & set(blocks[x].devices):
-                run(x, i, t)
-                taken |= set(blocks[x].devices)
+        for kind in (back, not back) if either else (back,):
+            for i, x in local(kind, t):
+                if not taken & set(blocks[x].devices):
+                    run(x, i, t)
+                    taken |= set(blocks[x].devices)
+            if not taken:
+                break  # nothing of the stretch's kind: the stretch gives way, as without `either`
         if not taken:
             stalls += 1
             if stalls > _STALLS:

@@ -124,3 +124,15 @@ def test_a_plan_naming_it_rebuilds_it_for_another_n():
         validate(other, got)
         assert got.microbatches == n
         assert got.makespan(other) <= build(other, "gpipe+", n).makespan(other)
+
+
+def test_the_second_family_reaches_the_bound_on_the_nn_shape_over_16_devices():
+    # Stages with nothing of the stretch's kind ready start a block of the other kind: on the
+    # 16-device NN-shape that play meets the makespan bound, which no play of the first family does.
+    spec = parse_file(ROOT / "bench" / "specs" / "real" / "nnshape16.tsl")
+    bound = makespan_bound(spec, 32)
+    got = lockstep(spec, 32, 10 ** 9)
+    validate(spec, got)
+    assert got.makespan(spec) == bound == 1955
+    first = [_play(spec, 32, a) for a in range(32 + 16 + 1)]
+    assert min(p.makespan(spec) for p in first if p is not None) > bound
