@@ -32,7 +32,7 @@ devices, N = 32): bench/specs/real/nnshape16.tsl, the second family reaches the 
 ul2_nnshape16.tsl 3462 -> 3337 (its play 3341; the first family's, 3357, the windows would have
 taken to 3262: which start the windows take furthest is not known before they run);
 `MEM=20` 5002 -> 4710; llama70b_vocab16.tsl 106028 -> 105078. Below 16 devices a play is taken
-only where it reaches the makespan bound (bench/specs/real/mshape8.tsl: 6171 ms, found in 4.9 s
+only where it reaches the makespan bound (bench/specs/real/mshape8.tsl: 6171 ms, found in 5.0 s
 of CPU where the windows took 12.5): on nnshape8.tsl the play (3148) is shorter than the
 extended repetend (3151), but the windows take that repetend to 3127 and the play only to 3143.
 
