@@ -17,8 +17,11 @@ alternate, and a stretch whose kind nothing is ready for gives way to the other 
 all-device blocks that wait on a micro-batch's blocks run as soon as they are ready; those that
 start a micro-batch (an embedding before the first stage) only when some device has no forward
 ready without them. Shorter blocks that are ready fill a stretch where they end within it (a
-decoder stage of 10 ms twice within an encoder's 23). A device starts a block only when its
-memory holds it; a play that leaves every device waiting on memory is dropped. ``a`` runs from 0
+decoder stage of 10 ms twice within an encoder's 23). A device takes a new micro-batch only
+when its memory holds all that micro-batch will allocate there, an all-device block's share
+included (stages that filled up on forwards left no room for a vocabulary-parallel head after
+the last stage, and every play deadlocked); a play that still leaves every device waiting on
+memory is dropped. ``a`` runs from 0
 to N + D, in two families: in the first a device with nothing of the stretch's kind ready sits
 the stretch out (unless a block fills it); in the second it starts its next block of the other
 kind with the rest, which mixes kinds again but only where a stage would otherwise idle the
@@ -99,6 +102,17 @@ def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | Non
     ready_at = dict.fromkeys(waiting, 0)
     ready = {k for k, c in waiting.items() if c == 0}
 
+    # A micro-batch is admitted on a device by its first block there that allocates, and from
+    # then on the device keeps room for all it allocates there (an all-device head's share
+    # included) until all its blocks there have started: a device that filled itself with
+    # forwards could otherwise leave no room for the all-device block every one of them waits on
+    # (a vocabulary-parallel head after the last stage), and the play would deadlock.
+    need = [sum(max(0, b.memory) for b in spec.blocks_on(d)) for d in range(spec.devices)]
+    count = [len(spec.blocks_on(d)) for d in range(spec.devices)]
+    kept = [0] * spec.devices
+    admitted: set[tuple[int, int]] = set()
+    begun: dict[tuple[int, int], int] = {}
+
     def run(x: str, i: int, at: int) -> int:
         b = blocks[x]
         start[x, i] = at
@@ -106,6 +120,12 @@ def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | Non
         for d in b.devices:
             free[d] = at + b.time
             used[d] += b.memory
+            begun[d, i] = begun.get((d, i), 0) + 1
+            if b.memory > 0 and (d, i) not in admitted:
+                admitted.add((d, i))
+                kept[d] += need[d]
+            if begun[d, i] == count[d] and (d, i) in admitted:
+                kept[d] -= need[d]
         for y in succs[x]:
             waiting[y, i] -= 1
             ready_at[y, i] = max(ready_at[y, i], at + b.time + lags.get((x, y), 0))
@@ -113,25 +133,27 @@ def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | Non
                 ready.add((y, i))
         return at + b.time
 
-    def fits(x: str) -> bool:
-        return all(used[d] + blocks[x].memory <= cap[d] for d in blocks[x].devices)
+    def fits(x: str, i: int) -> bool:
+        m = blocks[x].memory
+        return all(used[d] + m <= cap[d] and (m <= 0 or (d, i) in admitted or kept[d] + need[d] <= cap[d])
+                   for d in blocks[x].devices)
 
     def local(kind_backward: bool | None, t: int) -> list[tuple[int, str]]:
         """Ready own blocks (of the kind, or of either with None) that may start by `t`, by micro-batch."""
-        return sorted((i, x) for x, i in ready if x not in barrier and ready_at[x, i] <= t and fits(x)
+        return sorted((i, x) for x, i in ready if x not in barrier and ready_at[x, i] <= t and fits(x, i)
                       and (kind_backward is None or (x in backward) == kind_backward))
 
     t, stretch, stalls = 0, 0, 0
     while len(start) < len(waiting):
         while True:  # all-device blocks that wait on a micro-batch's blocks: as soon as ready
-            due = sorted((i, x) for x, i in ready if x in barrier and preds[x] and ready_at[x, i] <= t)
+            due = sorted((i, x) for x, i in ready if x in barrier and preds[x] and ready_at[x, i] <= t and fits(x, i))
             if not due:
                 break
             t = run(due[0][1], due[0][0], t)
         back = stretch >= warm and (stretch - warm) % 2 == 1
         stretch += 1
         if not back:
-            _open_microbatches(spec, ready, barrier, preds, local, run, t, everyone)
+            _open_microbatches(spec, ready, barrier, preds, local, run, fits, t, everyone)
             t = max([t] + [free[d] for d in range(spec.devices)])
         taken: set[int] = set()
         for kind in (back, not back) if either else (back,):
@@ -164,7 +186,7 @@ def _fitting_fill(blocks, barrier, backward, back, ready, ready_at, free, fits, 
     """(start, other kind, mb, block) of the earliest ready own block that ends by `end`, or None."""
     best = None
     for x, i in ready:
-        if x in barrier or not fits(x):
+        if x in barrier or not fits(x, i):
             continue
         at = max([ready_at[x, i]] + [free[d] for d in blocks[x].devices])
         if at + blocks[x].time <= end:
@@ -174,13 +196,13 @@ def _fitting_fill(blocks, barrier, backward, back, ready, ready_at, free, fits, 
     return best
 
 
-def _open_microbatches(spec: Spec, ready, barrier, preds, local, run, t: int, everyone) -> None:
+def _open_microbatches(spec: Spec, ready, barrier, preds, local, run, fits, t: int, everyone) -> None:
     """Run the all-device blocks that start a micro-batch (no predecessors), lowest first, while
     some device with blocks of its own has no forward ready to start at the time reached."""
     owners = {d for b in spec.blocks if set(b.devices) != everyone for d in b.devices}
     now = t
     while True:
-        sources = sorted((i, x) for x, i in ready if x in barrier and not preds[x])
+        sources = sorted((i, x) for x, i in ready if x in barrier and not preds[x] and fits(x, i))
         if not sources:
             return
         busy = {d for _, x in local(False, now) for d in spec.block(x).devices}

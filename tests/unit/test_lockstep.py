@@ -136,3 +136,32 @@ def test_the_second_family_reaches_the_bound_on_the_nn_shape_over_16_devices():
     assert got.makespan(spec) == bound == 1955
     first = [_play(spec, 32, a) for a in range(32 + 16 + 1)]
     assert min(p.makespan(spec) for p in first if p is not None) > bound
+
+
+HEAD = """placement nnh
+devices 8
+memory {mem}
+microbatches 16
+mode train
+forward E1 on all time 1 memory 0 grad time 1
+forward E2 on all time 1 memory 0 grad time 1
+forward H on all time 2 memory 1 grad time 3
+for i in 0..3:
+    forward F{{i}} on i time 6 memory 3 grad time 13
+for i in 4..7:
+    forward F{{i}} on i time 9 memory 5 grad time 17
+E1 -> chain(F{{i}} for i in 0..3) -> E2 -> chain(F{{i}} for i in 4..7) -> H
+derive backward
+"""
+
+
+def test_room_kept_for_an_all_device_head_that_holds_memory():
+    # A vocabulary-parallel head after the last stage holds memory on every device: stages that
+    # filled themselves with forwards left it no room, and every play deadlocked. Each micro-batch
+    # a device admits now keeps room for all it will allocate there.
+    for mem in (20, 30, 40):
+        spec = parse(HEAD.format(mem=mem), "nnh.tsl")
+        got = lockstep(spec, 16, 10 ** 9)
+        assert got is not None
+        validate(spec, got)
+        assert got.makespan(spec) >= makespan_bound(spec, 16)
