@@ -15,20 +15,20 @@ from tessel_dsl.search.refine import best_baseline
 from tessel_dsl.validate import validate
 from tests.paths import ROOT
 
-NN = """placement nn
-devices 8
-memory {mem}
-microbatches 8
-mode train
-forward E1 on all time 6 memory 0 grad time 6
-forward E2 on all time 2 memory 0 grad time 2
-for i in 0..3:
-    forward F{{i}} on i time 23 memory 2 grad time 47
-for i in 4..7:
-    forward F{{i}} on i time 10 memory 1 grad time 19
-E1 -> chain(F{{i}} for i in 0..3) -> E2 -> chain(F{{i}} for i in 4..7)
-derive backward
-"""
+
+def _nn(mem: int, n: int = 8, head: bool = False, enc=(23, 2, 47), dec=(10, 1, 19), emb=6) -> str:
+    """An 8-device NN-shape: two all-device embeddings, four encoder and four decoder stages
+    (forward time, memory, backward time each), and with `head` an all-device head holding memory."""
+    return "\n".join([
+        "placement nn", "devices 8", f"memory {mem}", f"microbatches {n}", "mode train",
+        f"forward E1 on all time {emb} memory 0 grad time {emb}",
+        "forward E2 on all time 2 memory 0 grad time 2",
+        *(["forward H on all time 2 memory 1 grad time 3"] if head else []),
+        "for i in 0..3:", f"    forward F{{i}} on i time {enc[0]} memory {enc[1]} grad time {enc[2]}",
+        "for i in 4..7:", f"    forward F{{i}} on i time {dec[0]} memory {dec[1]} grad time {dec[2]}",
+        "E1 -> chain(F{i} for i in 0..3) -> E2 -> chain(F{i} for i in 4..7)" + (" -> H" if head else ""),
+        "derive backward", ""])
+
 
 
 def _stretches(spec, sched):
@@ -72,14 +72,14 @@ def test_valid_and_shorter_than_the_baselines_on_the_ul2_nn_shape():
 
 def test_memory_tight_tensor_parallel_and_lags_stay_valid():
     for mem in (1000, 12, 9):  # every micro-batch in flight; 6 on the encoder's stages; 4
-        spec = parse(NN.format(mem=mem), "nn.tsl")
+        spec = parse(_nn(mem), "nn.tsl")
         for warm in range(0, 16):
             got = _play(spec, 8, warm)
             if got is not None:
                 validate(spec, got)
         assert lockstep(spec, 8, 10 ** 9) is not None
     # A two-GPU tensor-parallel stage and a link: the play keeps both devices and every lag.
-    text = NN.format(mem=1000).replace("for i in 0..3:\n    forward F{i} on i time 23",
+    text = _nn(1000).replace("for i in 0..3:\n    forward F{i} on i time 23",
                                         "forward F0 on [0, 1] time 23 memory 2 grad time 47\n"
                                         "for i in 2..3:\n    forward F{i} on i time 23")
     text = text.replace("chain(F{i} for i in 0..3)", "F0 -> chain(F{i} for i in 2..3)")
@@ -138,29 +138,13 @@ def test_the_second_family_reaches_the_bound_on_the_nn_shape_over_16_devices():
     assert min(p.makespan(spec) for p in first if p is not None) > bound
 
 
-HEAD = """placement nnh
-devices 8
-memory {mem}
-microbatches 16
-mode train
-forward E1 on all time 1 memory 0 grad time 1
-forward E2 on all time 1 memory 0 grad time 1
-forward H on all time 2 memory 1 grad time 3
-for i in 0..3:
-    forward F{{i}} on i time 6 memory 3 grad time 13
-for i in 4..7:
-    forward F{{i}} on i time 9 memory 5 grad time 17
-E1 -> chain(F{{i}} for i in 0..3) -> E2 -> chain(F{{i}} for i in 4..7) -> H
-derive backward
-"""
-
 
 def test_room_kept_for_an_all_device_head_that_holds_memory():
     # A vocabulary-parallel head after the last stage holds memory on every device: stages that
     # filled themselves with forwards left it no room, and every play deadlocked. Each micro-batch
     # a device admits now keeps room for all it will allocate there.
     for mem in (20, 30, 40):
-        spec = parse(HEAD.format(mem=mem), "nnh.tsl")
+        spec = parse(_nn(mem, 16, head=True, enc=(6, 3, 13), dec=(9, 5, 17), emb=1), "nnh.tsl")
         got = lockstep(spec, 16, 10 ** 9)
         assert got is not None
         validate(spec, got)
