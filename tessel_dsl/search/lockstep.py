@@ -143,6 +143,29 @@ def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | Non
         return sorted((i, x) for x, i in ready if x not in barrier and ready_at[x, i] <= t and fits(x, i)
                       and (kind_backward is None or (x in backward) == kind_backward))
 
+    def fitting(back: bool, end: int) -> tuple[int, bool, int, str] | None:
+        """(start, other kind, mb, block) of the earliest ready own block that ends by `end`."""
+        best = None
+        for x, i in ready:
+            if x in barrier or not fits(x, i):
+                continue
+            at = max([ready_at[x, i]] + [free[d] for d in blocks[x].devices])
+            key = (at, (x in backward) != back, i, x)
+            if at + blocks[x].time <= end and (best is None or key < best):
+                best = key
+        return best
+
+    owners = {d for x, b in blocks.items() if x not in barrier for d in b.devices}
+
+    def open_microbatches(now: int) -> None:
+        """Run the all-device blocks that start a micro-batch (no predecessors), lowest first,
+        while some device with blocks of its own has no forward ready at the time reached."""
+        while True:
+            sources = sorted((i, x) for x, i in ready if x in barrier and not preds[x] and fits(x, i))
+            if not sources or owners <= {d for _, x in local(False, now) for d in blocks[x].devices}:
+                return
+            now = run(sources[0][1], sources[0][0], now)
+
     t, stretch, stalls = 0, 0, 0
     while len(start) < len(waiting):
         while True:  # all-device blocks that wait on a micro-batch's blocks: as soon as ready
@@ -153,7 +176,7 @@ def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | Non
         back = stretch >= warm and (stretch - warm) % 2 == 1
         stretch += 1
         if not back:
-            _open_microbatches(spec, ready, barrier, preds, local, run, fits, t, everyone)
+            open_microbatches(t)
             t = max([t] + [free[d] for d in range(spec.devices)])
         taken: set[int] = set()
         for kind in (back, not back) if either else (back,):
@@ -174,38 +197,10 @@ def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | Non
         stalls = 0
         end = max(free)
         while True:  # fill the stretch with whatever ready block ends within it
-            fill = _fitting_fill(blocks, barrier, backward, back, ready, ready_at, free, fits, end)
+            fill = fitting(back, end)
             if fill is None:
                 break
             run(fill[3], fill[2], fill[0])
         t = end
     return Schedule(n, tuple(sorted(Slot(s, x, i) for (x, i), s in start.items())), name=NAME)
 
-
-def _fitting_fill(blocks, barrier, backward, back, ready, ready_at, free, fits, end):
-    """(start, other kind, mb, block) of the earliest ready own block that ends by `end`, or None."""
-    best = None
-    for x, i in ready:
-        if x in barrier or not fits(x, i):
-            continue
-        at = max([ready_at[x, i]] + [free[d] for d in blocks[x].devices])
-        if at + blocks[x].time <= end:
-            key = (at, (x in backward) != back, i, x)
-            if best is None or key < best:
-                best = key
-    return best
-
-
-def _open_microbatches(spec: Spec, ready, barrier, preds, local, run, fits, t: int, everyone) -> None:
-    """Run the all-device blocks that start a micro-batch (no predecessors), lowest first, while
-    some device with blocks of its own has no forward ready to start at the time reached."""
-    owners = {d for b in spec.blocks if set(b.devices) != everyone for d in b.devices}
-    now = t
-    while True:
-        sources = sorted((i, x) for x, i in ready if x in barrier and not preds[x] and fits(x, i))
-        if not sources:
-            return
-        busy = {d for _, x in local(False, now) for d in spec.block(x).devices}
-        if owners <= busy:
-            return
-        now = run(sources[0][1], sources[0][0], now)
