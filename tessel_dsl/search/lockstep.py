@@ -27,13 +27,22 @@ the stretch out (unless a block fills it); in the second it starts its next bloc
 kind with the rest, which mixes kinds again but only where a stage would otherwise idle the
 whole stretch. The shortest play of both that fits memory is kept.
 
+**Who sets the kind.** In the first family the stretch's own blocks start on the lead devices,
+those with at least half the busiest device's work a micro-batch (`LEAD_SHARE`), whenever one
+of them has a block of the kind ready; the other devices then only fill the stretch, with a
+ready block of either kind that ends within it. Started alongside, a decoder stage's 10 ms
+forward made no difference, but its backwards, never ready in the encoder's forward stretches,
+were left to stretches of their own later, 19 ms that every encoder stage idled
+(bench/specs/real/ul2_nnshape16.tsl: the first family's shortest play 3357 -> 3338 ms, which
+the windows take to 3258, bound 3242; every other play of `bench/search_real.py`'s 16-device
+rows the same or not the shortest).
+
 **Where it is offered.** The search takes the shortest play as a best plan in hand (`tuned.py`)
 from `WIDE_DEVICES` devices on, where a micro-batch crosses many stages and the mixing costs
 most, and the window sweep (`windows.py`) goes on from it. `python bench/search_real.py` (16
 devices, N = 32): bench/specs/real/nnshape16.tsl, the second family reaches the makespan bound,
 1955 ms, where the warmup search (`warmups.py`) gave 2005 and the windows took that to 1963;
-ul2_nnshape16.tsl 3462 -> 3337 (its play 3341; the first family's, 3357, the windows would have
-taken to 3262: which start the windows take furthest is not known before they run);
+ul2_nnshape16.tsl 3462 -> 3258 (the play 3338, then the windows);
 `MEM=20` 5002 -> 4710; llama70b_vocab16.tsl 106028 -> 105078. Below 16 devices a play is taken
 only where it reaches the makespan bound (bench/specs/real/mshape8.tsl: 6171 ms, found in 5.0 s
 of CPU where the windows took 12.5): on nnshape8.tsl the play (3148) is shorter than the
@@ -51,6 +60,7 @@ from tessel_dsl.search.clock import Clock, PlayBudget
 NAME = "1f1b+ (lockstep)"
 WIDE_DEVICES = 16  # from this many devices on the search keeps a play above the bound (module text)
 LOCKSTEP_WORK = 300_000  # block instances laid out over all plays (about 2 s of CPU at 16 devices, N = 32)
+LEAD_SHARE = 2  # a lead device has at least 1 / LEAD_SHARE of the busiest device's work a micro-batch
 _STALLS = 4  # stretches in a row with nothing to run before the play waits for the next ready time
 
 
@@ -83,10 +93,10 @@ def lockstep(spec: Spec, n: int, than: int, work: int = LOCKSTEP_WORK, clock: Cl
     return best
 
 
-def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | None:
+def _play(spec: Spec, n: int, warm: int, either: bool = False, share: float = LEAD_SHARE) -> Schedule | None:
     """One play with `warm` forward stretches first (module text); with `either`, a device with
     nothing of the stretch's kind ready starts its next block of the other kind with it. None
-    when memory stalls it."""
+    when memory stalls it. `share`: `LEAD_SHARE`, which devices lead the first family's stretches."""
     from tessel_dsl.search.lags import edge_lags
 
     everyone = set(range(spec.devices))
@@ -156,6 +166,9 @@ def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | Non
         return best
 
     owners = {d for x, b in blocks.items() if x not in barrier for d in b.devices}
+    # The lead devices (module text, "Who sets the kind"): at least half the busiest one's work.
+    work = [sum(b.time for b in spec.blocks_on(d) if b.name not in barrier) for d in range(spec.devices)]
+    lead = {d for d in owners if work[d] * share >= max(work)}
 
     def open_microbatches(now: int) -> None:
         """Run the all-device blocks that start a micro-batch (no predecessors), lowest first,
@@ -180,7 +193,10 @@ def _play(spec: Spec, n: int, warm: int, either: bool = False) -> Schedule | Non
             t = max([t] + [free[d] for d in range(spec.devices)])
         taken: set[int] = set()
         for kind in (back, not back) if either else (back,):
-            for i, x in local(kind, t):
+            mine = local(kind, t)
+            if not either:  # the other devices only fill a stretch a lead device runs in
+                mine = [(i, x) for i, x in mine if lead & set(blocks[x].devices)] or mine
+            for i, x in mine:
                 if not taken & set(blocks[x].devices):
                     run(x, i, t)
                     taken |= set(blocks[x].devices)
