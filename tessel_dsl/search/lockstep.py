@@ -29,13 +29,13 @@ whole stretch. The shortest play of both that fits memory is kept.
 
 **Who sets the kind.** In the first family the stretch's own blocks start on the lead devices,
 those with at least half the busiest device's work a micro-batch (`LEAD_SHARE`), whenever one
-of them has a block of the kind ready; the other devices then only fill the stretch, with a
-ready block of either kind that ends within it. Started alongside, a decoder stage's 10 ms
-forward made no difference, but its backwards, never ready in the encoder's forward stretches,
-were left to stretches of their own later, 19 ms that every encoder stage idled
-(bench/specs/real/ul2_nnshape16.tsl: the first family's shortest play 3357 -> 3338 ms, which
-the windows take to 3258, bound 3242; every other play of `bench/search_real.py`'s 16-device
-rows the same or not the shortest).
+of them has a block of the kind ready; the other devices then only fill the stretch, with
+ready blocks of either kind that end within it. Before, a decoder stage started its next
+forward with the encoder's forwards and kept its backwards for a backward stretch, which, with
+no encoder backward ready yet, it then ran alone while every encoder stage idled (19 ms each
+time on bench/specs/real/ul2_nnshape16.tsl: the first family's shortest play 3357 -> 3338 ms,
+which the windows take to 3258, bound 3242; every other play of `bench/search_real.py`'s
+16-device rows the same or not the shortest).
 
 **Where it is offered.** The search takes the shortest play as a best plan in hand (`tuned.py`)
 from `WIDE_DEVICES` devices on, where a micro-batch crosses many stages and the mixing costs
