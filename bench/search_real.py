@@ -19,7 +19,9 @@ for activations than their models leave (`MEM=24`, GB) and add the 8-GPU M-shape
 (bench/specs/real/memchain.tsl at D = 8 and 16); then an NN-shape from another model (UL2 20B,
 bench/specs/real/ul2_nnshape8.tsl and ul2_nnshape16.tsl) at its own memory and at 30 and 20 GB; and a 16-stage
 Llama-3.1-70B with its vocabulary split over all 16 GPUs for the embedding and the head
-(bench/specs/real/llama70b_vocab16.tsl), where memory holds 3 micro-batches a stage. The last columns are the memory bound of the
+(bench/specs/real/llama70b_vocab16.tsl), where memory holds 3 micro-batches a stage; and mT5-XL as an NN-shape over 16 GPUs
+with a vocabulary-parallel head on all of them and 20 GB for activations (bench/specs/real/mt5xl16.tsl), where memory and
+the all-device blocks bind together. The last columns are the memory bound of the
 period per micro-batch (`search/membound.py`; the gap is to the larger of it and the lower bound;
 shown to 0.1 ms, rounded down so that it stays a lower bound) and the makespan bound (time and memory) with the makespan's gap to it.
 """
@@ -45,7 +47,7 @@ DEFAULT = ([f"{shape}{d}" for d in (8, 16) for shape in ORDER]
            + ["mshape8:MEM=24", "nnshape8:MEM=24", "m8_llama", "mshape16:MEM=24", "nnshape16:MEM=24",
               "memchain:D=8", "memchain:D=16", "tpmshape16", "tpmshape16:MEM=16",
               "ul2_nnshape8", "ul2_nnshape16", "ul2_nnshape8:MEM=30", "ul2_nnshape8:MEM=20",
-              "ul2_nnshape16:MEM=20", "llama70b_vocab16", "gemma2_27b_chain8"])
+              "ul2_nnshape16:MEM=20", "llama70b_vocab16", "gemma2_27b_chain8", "mt5xl16"])
 
 
 def load(row: str):
