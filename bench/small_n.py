@@ -43,6 +43,7 @@ def row(spec, n: int, effort: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tessel_dsl.errors import TesselError
     from tessel_dsl.lang.parser import parse_file
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -51,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", nargs="+", type=int, default=[4, 8], help="micro-batch counts (default 4 8)")
     ap.add_argument("--effort", type=float, default=60, help="TO's deterministic budget (default 60)")
     args = ap.parse_args(argv)
-    spec = parse_file(args.spec, sets=dict(kv.split("=", 1) for kv in args.set))
+    try:
+        spec = parse_file(args.spec, sets=dict(kv.split("=", 1) for kv in args.set))
+    except TesselError as e:  # (a bad spec is the spec's error, with file, line and column)
+        print(e, file=sys.stderr)
+        return 1
     words = ["python bench/small_n.py", str(args.spec), *(f"--set {kv}" for kv in args.set),
              "--n", *map(str, args.n), "--effort", f"{args.effort:g}"]
     print(f"`{' '.join(words)}`:\n")

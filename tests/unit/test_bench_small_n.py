@@ -24,3 +24,11 @@ def test_to_never_longer_than_the_search_and_the_bound_never_above_either(capsys
     assert f"`python bench/small_n.py {path} --set N=4 --n 2 4 --effort 1`:" in out
     for r in rows:  # the same deterministic answers in the table
         assert f"| {r['n']} | {r['bound']} | {r['ours']} | {r['to']} | " in out, out
+
+
+def test_a_bad_spec_is_an_error_line_not_a_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.tsl"
+    bad.write_text("devices 4\nforward F on 9 time 1\n")
+    assert load_bench("small_n").main([str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}:" in err and "Traceback" not in err
